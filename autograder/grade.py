@@ -1,0 +1,69 @@
+"""Grade notebooks with nbgrader in a scratch course folder, and read back per-item scores.
+
+This is the plain nbgrader round trip (release → submit → autograde) that the tests and
+``scripts/gpu_check.sh`` use to prove that the reference solution earns full marks and
+an untouched release earns none.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from .build import REPO_ROOT
+from .nbgrader_cli import run_nbgrader, scripts_on_path
+
+
+@dataclass(frozen=True)
+class ItemScore:
+    """One graded cell of one submission."""
+
+    grade_id: str
+    score: float
+    max_score: float
+    autograded: bool  # False for answers an instructor grades by hand
+
+
+def autograde(
+    assignment: str,
+    submissions: dict[str, Path],
+    workdir: Path,
+    *,
+    root: Path = REPO_ROOT,
+) -> dict[str, dict[str, ItemScore]]:
+    """Autograde each student's notebook for ``assignment``; scores per student and grade_id.
+
+    ``workdir`` becomes a throwaway course folder holding the assignment's source, the
+    submissions and a fresh gradebook, so the repository is never written to.
+    """
+    workdir = Path(workdir).resolve()
+    shutil.copy2(root / "nbgrader_config.py", workdir / "nbgrader_config.py")
+    shutil.copytree(root / "solutions" / assignment, workdir / "solutions" / assignment)
+    database = workdir / "gradebook.db"
+    run_nbgrader("generate_assignment", assignment, "--force", "--create", "--log-level=WARN", root=workdir, database=database)
+    for student, notebook in submissions.items():
+        target = workdir / "submitted" / student / assignment / f"{assignment}.ipynb"
+        target.parent.mkdir(parents=True)
+        shutil.copy2(notebook, target)
+    run_nbgrader("autograde", assignment, "--force", "--create", "--log-level=WARN", root=workdir, database=database)
+    return read_scores(database, assignment, list(submissions))
+
+
+def read_scores(database: Path, assignment: str, students: list[str]) -> dict[str, dict[str, ItemScore]]:
+    from nbgrader.api import Gradebook  # slow import, only needed here
+
+    scores = {}
+    with scripts_on_path(), Gradebook(f"sqlite:///{database}") as gradebook:
+        for student in students:
+            submission = gradebook.find_submission_notebook(assignment, assignment, student)
+            scores[student] = {
+                grade.name: ItemScore(
+                    grade_id=grade.name,
+                    score=float(grade.score),
+                    max_score=float(grade.max_score),
+                    autograded=grade.cell.cell_type == "code",
+                )
+                for grade in submission.grades
+            }
+    return scores

@@ -1,0 +1,69 @@
+"""Self-check helpers for visible tests: each failure says what was expected and what was found.
+
+A student reading ``AssertionError: pairwise_sq_dists: expected shape (64, 128), got (128, 64)``
+knows what to fix; one reading ``AssertionError`` alone does not. Speed checks report the
+measured ratio against the required one, for the device class they ran on.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .devices import device_class
+from .timing import SpeedResult
+
+
+def assert_close(actual, expected: torch.Tensor, *, rtol: float = 1e-5, atol: float = 1e-6, name: str = "result") -> None:
+    """``actual`` is a tensor of ``expected``'s shape, dtype and device, equal within tolerance."""
+    if not isinstance(actual, torch.Tensor):
+        raise AssertionError(f"{name}: expected a torch.Tensor, got {type(actual).__name__}")
+    if tuple(actual.shape) != tuple(expected.shape):
+        raise AssertionError(f"{name}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)}")
+    if actual.dtype != expected.dtype:
+        raise AssertionError(f"{name}: expected dtype {expected.dtype}, got {actual.dtype}")
+    if actual.device != expected.device:
+        raise AssertionError(f"{name}: expected a tensor on {expected.device}, got one on {actual.device}")
+    if actual.numel() == 0:
+        return
+    got = actual.detach().to("cpu", torch.float64)
+    want = expected.detach().to("cpu", torch.float64)
+    both_nan = torch.isnan(got) & torch.isnan(want)
+    error = (got - want).abs()
+    bad = ~both_nan & ~(error <= atol + rtol * want.abs())  # written so that NaN counts as bad
+    if bad.any():
+        first = tuple(int(i) for i in torch.nonzero(bad)[0])
+        raise AssertionError(
+            f"{name}: {int(bad.sum())} of {bad.numel()} values differ beyond rtol={rtol:g}, atol={atol:g}; "
+            f"first at index {first}: got {got[first].item():.6g}, expected {want[first].item():.6g}"
+        )
+
+
+def assert_equal(actual, expected, *, name: str = "result") -> None:
+    """Exact equality, for counts and other integers."""
+    if type(actual) is bool or actual != expected:
+        raise AssertionError(f"{name}: expected {expected!r}, got {actual!r}")
+
+
+def assert_approx(actual, expected: float, *, rel: float = 1e-9, name: str = "result") -> None:
+    """A real number within ``rel`` relative error of ``expected``."""
+    if not isinstance(actual, (int, float)) or isinstance(actual, bool):
+        raise AssertionError(f"{name}: expected a number, got {type(actual).__name__}")
+    if not math.isclose(actual, expected, rel_tol=rel, abs_tol=0.0):
+        raise AssertionError(f"{name}: expected {expected:.6g}, got {actual:.6g}")
+
+
+def required_speedup(thresholds: dict[str, float]) -> float:
+    """The speedup a speed item needs on this machine's device class (``"cpu"`` or ``"cuda"``)."""
+    cls = device_class()
+    if cls not in thresholds:
+        raise KeyError(f"no speed threshold for device class {cls!r}; thresholds are {thresholds}")
+    return thresholds[cls]
+
+
+def assert_speedup(result: SpeedResult, required: float, *, name: str = "speedup") -> None:
+    """The measured speedup reaches ``required``; the message gives both numbers."""
+    if not result.speedup >= required:
+        raise AssertionError(f"{name}: measured {result.speedup:.1f}× faster, need {required:g}× — {result}")
+    print(f"{name}: {result} (needed {required:g}×)")

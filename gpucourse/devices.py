@@ -1,0 +1,96 @@
+"""Which device the course runs on, and what that means for problem sizes.
+
+Every notebook cell that touches torch asks :func:`device` instead of writing
+``"cuda"``: the same cell then runs on a laptop CPU, on Colab's T4 and on an H100.
+``GPUCOURSE_DEVICE`` (``cpu``, ``cuda`` or ``cuda:N``) overrides the choice, so an
+instructor can grade a GPU machine's submissions on its CPU, or the reverse.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+import torch
+
+ENV_VAR = "GPUCOURSE_DEVICE"
+DEVICE_CLASSES = ("cpu", "cuda")
+
+
+class NoGPUError(RuntimeError):
+    """Raised when a GPU is asked for but this machine has none."""
+
+
+def device() -> torch.device:
+    """The torch device the course uses: CUDA if present, else the CPU.
+
+    ``GPUCOURSE_DEVICE`` overrides it; asking for CUDA on a machine without it
+    raises :class:`NoGPUError` rather than silently falling back.
+    """
+    wanted = os.environ.get(ENV_VAR, "").strip().lower()
+    if not wanted:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(wanted)
+    except RuntimeError as err:
+        raise ValueError(f"{ENV_VAR}={wanted!r} is not a device torch knows; use 'cpu' or 'cuda'") from err
+    if chosen.type not in DEVICE_CLASSES:
+        raise ValueError(f"{ENV_VAR}={wanted!r}: the course supports 'cpu' and 'cuda', not {chosen.type!r}")
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise NoGPUError(f"{ENV_VAR}={wanted!r} asks for a GPU, but torch sees no CUDA device here")
+    return chosen
+
+
+def device_class(dev: torch.device | str | None = None) -> str:
+    """``"cuda"`` or ``"cpu"``: the key for per-device sizes and speed thresholds."""
+    dev = device() if dev is None else torch.device(dev)
+    return dev.type
+
+
+def has_gpu() -> bool:
+    """True when the course's device is a CUDA GPU."""
+    return device_class() == "cuda"
+
+
+def describe(dev: torch.device | str | None = None) -> str:
+    """A short human name for a device, used to label every measured number."""
+    dev = device() if dev is None else torch.device(dev)
+    if dev.type == "cuda":
+        return f"{torch.cuda.get_device_name(dev)} (CUDA {torch.version.cuda})"
+    threads = torch.get_num_threads()
+    return f"CPU {_cpu_model()}, {threads} torch thread{'s' if threads != 1 else ''}"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def per_device(*, cpu, cuda):
+    """Pick a value by device class, e.g. a problem size: ``per_device(cpu=512, cuda=8192)``."""
+    return {"cpu": cpu, "cuda": cuda}[device_class()]
+
+
+def gpu_or_explain(what_a_gpu_shows: str) -> bool:
+    """Guard for GPU-only cells: True on a GPU; otherwise say what a GPU run would show.
+
+    Use as ``if gpu_or_explain("pinned copies run about 2x faster"): ...`` so the
+    notebook still runs top to bottom on a CPU and the student learns what they missed.
+    """
+    if has_gpu():
+        return True
+    print(f"[skipped: needs a CUDA GPU] On a GPU this cell shows: {what_a_gpu_shows}")
+    return False
+
+
+def synchronize(dev: torch.device | str | None = None) -> None:
+    """Wait for queued GPU work (a no-op on the CPU, where torch runs synchronously)."""
+    dev = device() if dev is None else torch.device(dev)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)

@@ -1,0 +1,174 @@
+"""Published facts about real GPUs, for the models and plots of the course.
+
+Two tables:
+
+* ``SM_LIMITS``: per-SM resource limits of each compute capability, from the CUDA C++
+  Programming Guide, "Technical Specifications per Compute Capability" table, and the
+  allocation granularities of NVIDIA's CUDA Occupancy Calculator.
+* ``GPUS``: whole cards (SM count, memory, bandwidths, peak FLOP/s) from NVIDIA's
+  datasheets and architecture whitepapers, cited per card below.
+
+Every number here is a *reported* figure, never a measurement: label it so when you plot it.
+Bandwidths are bytes per second, FLOP/s are dense (no 2:4 sparsity), sizes are bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KiB = 1024
+MiB = 1024 * KiB
+GB = 10**9  # memory bandwidth and capacity are quoted in decimal units by NVIDIA
+TERA = 10**12
+
+
+@dataclass(frozen=True)
+class SMLimits:
+    """Per-SM limits of one compute capability (what bounds occupancy)."""
+
+    compute_capability: str
+    max_warps_per_sm: int
+    max_blocks_per_sm: int
+    registers_per_sm: int
+    max_registers_per_thread: int
+    shared_mem_per_sm: int
+    max_shared_mem_per_block: int
+    shared_mem_alloc_unit: int
+    reserved_shared_mem_per_block: int
+    register_alloc_unit: int = 256  # registers are handed to a warp in chunks of 256
+    warp_alloc_granularity: int = 4  # ... and to warps in groups of 4
+    max_threads_per_block: int = 1024
+    warp_size: int = 32
+
+    @property
+    def max_threads_per_sm(self) -> int:
+        return self.max_warps_per_sm * self.warp_size
+
+
+def _limits(cc, warps, blocks, smem_sm_kib, smem_block_kib):
+    volta_or_turing = cc.startswith("7.")
+    return SMLimits(
+        compute_capability=cc,
+        max_warps_per_sm=warps,
+        max_blocks_per_sm=blocks,
+        registers_per_sm=64 * KiB,
+        max_registers_per_thread=255,
+        shared_mem_per_sm=smem_sm_kib * KiB,
+        max_shared_mem_per_block=smem_block_kib * KiB,
+        # Occupancy Calculator: 256-byte shared-memory granules on 7.x, 128 from 8.0 on,
+        # where the driver also reserves 1 KB of shared memory per resident block.
+        shared_mem_alloc_unit=256 if volta_or_turing else 128,
+        reserved_shared_mem_per_block=0 if volta_or_turing else 1 * KiB,
+    )
+
+
+# CUDA C++ Programming Guide, Table "Technical Specifications per Compute Capability":
+# max resident warps per SM, max resident blocks per SM, max shared memory per SM (KiB),
+# max shared memory per block (KiB, with the opt-in carve-out).
+SM_LIMITS: dict[str, SMLimits] = {
+    limits.compute_capability: limits
+    for limits in (
+        _limits("7.0", 64, 32, 96, 96),  # Volta (V100)
+        _limits("7.5", 32, 16, 64, 64),  # Turing (T4)
+        _limits("8.0", 64, 32, 164, 163),  # Ampere data-centre (A100)
+        _limits("8.6", 48, 16, 100, 99),  # Ampere consumer (RTX 30xx, A10)
+        _limits("8.7", 48, 16, 164, 163),  # Jetson Orin
+        _limits("8.9", 48, 24, 100, 99),  # Ada (L4, RTX 40xx)
+        _limits("9.0", 64, 32, 228, 227),  # Hopper (H100, H200)
+    )
+}
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One card's reported figures."""
+
+    name: str
+    compute_capability: str
+    sms: int
+    memory_bytes: int
+    memory_bandwidth: float  # device memory, bytes/s
+    l2_bytes: int
+    host_link: str
+    host_link_bandwidth: float  # host <-> device, bytes/s in one direction
+    fp32_flops: float  # CUDA cores, FLOP/s
+    fp16_tensor_flops: float  # tensor cores, dense FP16 with FP32 accumulate, FLOP/s
+    source: str
+
+    @property
+    def limits(self) -> SMLimits:
+        return SM_LIMITS[self.compute_capability]
+
+    @property
+    def ridge_point_fp32(self) -> float:
+        """FLOPs per byte above which an FP32 CUDA-core kernel is compute-bound."""
+        return self.fp32_flops / self.memory_bandwidth
+
+
+_PCIE3 = ("PCIe 3.0 x16", 15.75 * GB)
+_PCIE4 = ("PCIe 4.0 x16", 31.5 * GB)
+_PCIE5 = ("PCIe 5.0 x16", 63.0 * GB)
+
+GPUS: dict[str, GPUSpec] = {
+    spec.name: spec
+    for spec in (
+        GPUSpec(
+            "V100", "7.0", sms=80, memory_bytes=32 * GB, memory_bandwidth=900 * GB, l2_bytes=6 * MiB,
+            host_link=_PCIE3[0], host_link_bandwidth=_PCIE3[1],
+            fp32_flops=15.7 * TERA, fp16_tensor_flops=125 * TERA,
+            source="NVIDIA V100 datasheet (SXM2); Volta architecture whitepaper",
+        ),
+        GPUSpec(
+            "T4", "7.5", sms=40, memory_bytes=16 * GB, memory_bandwidth=320 * GB, l2_bytes=4 * MiB,
+            host_link=_PCIE3[0], host_link_bandwidth=_PCIE3[1],
+            fp32_flops=8.1 * TERA, fp16_tensor_flops=65 * TERA,
+            source="NVIDIA T4 datasheet; Turing architecture whitepaper",
+        ),
+        GPUSpec(
+            "A100", "8.0", sms=108, memory_bytes=80 * GB, memory_bandwidth=2039 * GB, l2_bytes=40 * MiB,
+            host_link=_PCIE4[0], host_link_bandwidth=_PCIE4[1],
+            fp32_flops=19.5 * TERA, fp16_tensor_flops=312 * TERA,
+            source="NVIDIA A100 datasheet (SXM4 80GB); Ampere GA100 whitepaper",
+        ),
+        GPUSpec(
+            "L4", "8.9", sms=58, memory_bytes=24 * GB, memory_bandwidth=300 * GB, l2_bytes=48 * MiB,
+            host_link=_PCIE4[0], host_link_bandwidth=_PCIE4[1],
+            fp32_flops=30.3 * TERA, fp16_tensor_flops=121 * TERA,
+            source="NVIDIA L4 datasheet (242 TFLOP/s FP16 is with sparsity; dense is half)",
+        ),
+        GPUSpec(
+            "H100", "9.0", sms=132, memory_bytes=80 * GB, memory_bandwidth=3350 * GB, l2_bytes=50 * MiB,
+            host_link=_PCIE5[0], host_link_bandwidth=_PCIE5[1],
+            fp32_flops=67 * TERA, fp16_tensor_flops=989 * TERA,
+            source="NVIDIA H100 datasheet (SXM5); Hopper architecture whitepaper",
+        ),
+        GPUSpec(
+            "H200", "9.0", sms=132, memory_bytes=141 * GB, memory_bandwidth=4800 * GB, l2_bytes=50 * MiB,
+            host_link=_PCIE5[0], host_link_bandwidth=_PCIE5[1],
+            fp32_flops=67 * TERA, fp16_tensor_flops=989 * TERA,
+            source="NVIDIA H200 datasheet (SXM); same GH100 compute as the H100",
+        ),
+    )
+}
+
+
+def gpu(name: str) -> GPUSpec:
+    """A card by name, case-insensitively: ``gpu("a100")``."""
+    for key, spec in GPUS.items():
+        if key.lower() == name.strip().lower():
+            return spec
+    raise KeyError(f"unknown GPU {name!r}; the table has {', '.join(GPUS)}")
+
+
+def sm_limits(gpu_or_cc: str) -> SMLimits:
+    """Per-SM limits for a card name (``"T4"``) or a compute capability (``"8.6"``)."""
+    key = gpu_or_cc.strip()
+    if key in SM_LIMITS:
+        return SM_LIMITS[key]
+    try:
+        return gpu(key).limits
+    except KeyError:
+        raise KeyError(
+            f"{gpu_or_cc!r} is neither a GPU ({', '.join(GPUS)}) "
+            f"nor a compute capability ({', '.join(SM_LIMITS)})"
+        ) from None

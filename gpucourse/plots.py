@@ -1,0 +1,170 @@
+"""Figures that several lectures draw. Each takes a matplotlib ``Axes`` so a notebook
+controls the layout, and each labels its data as measured or reported/modelled."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.patches import Patch
+from matplotlib.ticker import ScalarFormatter
+
+
+def roofline_curve(intensities, peak_flops: float, peak_bandwidth: float) -> np.ndarray:
+    """Attainable FLOP/s at each arithmetic intensity: min(peak, intensity × bandwidth)."""
+    return np.minimum(peak_flops, np.asarray(intensities, dtype=float) * peak_bandwidth)
+
+
+def roofline(
+    ax,
+    peak_flops: float,
+    peak_bandwidth: float,
+    *,
+    label: str,
+    points: list[tuple[str, float, float]] = (),
+    intensity_range: tuple[float, float] = (1 / 16, 4096),
+    style: str = "-",
+    color: str | None = None,
+):
+    """Draw one roofline on log-log axes, with optional (name, intensity, FLOP/s) points.
+
+    ``label`` should say where the roof comes from, e.g. "H100, reported" or
+    "this CPU, measured".
+    """
+    intensities = np.geomspace(*intensity_range, 200)
+    (line,) = ax.loglog(intensities, roofline_curve(intensities, peak_flops, peak_bandwidth), style, color=color, label=label)
+    ridge = peak_flops / peak_bandwidth
+    ax.axvline(ridge, color=line.get_color(), alpha=0.3, linestyle=":")
+    for name, intensity, flops in points:
+        ax.plot([intensity], [flops], "o", color=line.get_color())
+        ax.annotate(name, (intensity, flops), textcoords="offset points", xytext=(5, -12), fontsize=8)
+    ax.set_xlabel("arithmetic intensity (FLOP / byte)")
+    ax.set_ylabel("attainable FLOP/s")
+    ax.grid(True, which="both", alpha=0.3)
+    return line
+
+
+# Where a number comes from; every helper below writes it into the legend, and the
+# style tells the kinds apart at a glance (measured: solid with dots, modelled: dashed,
+# reported: squares; in bar charts, hatching).
+PROVENANCE = ("measured", "reported", "modelled")
+_LINE_STYLE = {
+    "measured": {"linestyle": "-", "marker": "o"},
+    "modelled": {"linestyle": "--", "marker": None},
+    "reported": {"linestyle": "none", "marker": "s"},
+}
+_BAR_STYLE = {
+    "measured": {"color": "C0", "hatch": ""},
+    "reported": {"color": "C1", "hatch": "//"},
+    "modelled": {"color": "C2", "hatch": ".."},
+}
+
+
+def _check_kind(kind: str) -> str:
+    if kind not in PROVENANCE:
+        raise ValueError(f"kind must be one of {PROVENANCE}, got {kind!r}")
+    return kind
+
+
+def versus_size(
+    ax,
+    sizes,
+    values,
+    *,
+    label: str,
+    kind: str = "measured",
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    logy: bool = False,
+    color: str | None = None,
+):
+    """Plot ``values`` (a rate or a time) against problem ``sizes`` on a log2 x axis.
+
+    sizes, values: sequences of the same length. The legend entry reads
+    "<label> (<kind>)", kind being "measured", "reported" or "modelled".
+    Axis labels given here replace earlier ones; a later series drawn without them keeps them.
+    """
+    _check_kind(kind)
+    sizes = np.asarray(sizes, dtype=float)
+    values = np.asarray(values, dtype=float)
+    if sizes.shape != values.shape:
+        raise ValueError(f"sizes and values differ in shape: {sizes.shape} vs {values.shape}")
+    (line,) = ax.plot(sizes, values, color=color, label=f"{label} ({kind})", **_LINE_STYLE[kind])
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(ScalarFormatter())  # 1024, not 2^10
+    if logy:
+        ax.set_yscale("log")
+    if xlabel is not None or not ax.get_xlabel():
+        ax.set_xlabel(xlabel or "problem size n")
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    return line
+
+
+def provenance_bars(ax, bars, *, xlabel: str, fmt: str = "{:.3g}", log: bool = False):
+    """Horizontal bars of ``(name, value, kind)``, coloured and hatched by kind, each labelled with its value.
+
+    Use it to put a number measured here beside reported or modelled ones without
+    letting them pass for the same thing. Returns matplotlib's ``BarContainer``.
+    """
+    bars = list(bars)
+    if not bars:
+        raise ValueError("no bars to draw")
+    names = [name for name, _, _ in bars]
+    values = [float(value) for _, value, _ in bars]
+    kinds = [_check_kind(kind) for _, _, kind in bars]
+    positions = np.arange(len(bars))[::-1]  # first bar on top, as read
+    container = ax.barh(
+        positions,
+        values,
+        color=[_BAR_STYLE[k]["color"] for k in kinds],
+        edgecolor="black",
+        linewidth=0.5,
+    )
+    for patch, kind in zip(container.patches, kinds):
+        patch.set_hatch(_BAR_STYLE[kind]["hatch"])
+    ax.set_yticks(positions, names)
+    if log:
+        ax.set_xscale("log")
+    ax.bar_label(container, labels=[fmt.format(v) for v in values], padding=3, fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.margins(x=0.2)
+    seen = list(dict.fromkeys(kinds))
+    ax.legend(
+        handles=[Patch(facecolor=_BAR_STYLE[k]["color"], hatch=_BAR_STYLE[k]["hatch"], edgecolor="black", label=k) for k in seen],
+        loc="best",
+        fontsize=8,
+    )
+    return container
+
+
+def timing_strip(ax, samples, *, median: float, iqr: float | None = None, label: str, summary_label: str = "median of many runs"):
+    """Single-shot timings (seconds) in call order, with a robust median and its IQR band across them.
+
+    Shows why one ``perf_counter`` reading is not a measurement: the first call and the
+    scatter of the rest against a median taken over many runs. Times are drawn in the
+    unit that suits ``median`` (s, ms or µs). Returns the (scatter, median line).
+    """
+    samples = np.asarray(samples, dtype=float)
+    if samples.ndim != 1 or samples.size == 0:
+        raise ValueError("samples must be a non-empty 1-D sequence of seconds")
+    unit, scale = _time_unit(median)
+    calls = np.arange(1, samples.size + 1)
+    scatter = ax.scatter(calls, samples / scale, s=18, label=f"{label}: single-shot timings (measured)")
+    (line,) = ax.plot(
+        [calls[0], calls[-1]], [median / scale] * 2, color="black", label=f"{summary_label} (measured)"
+    )
+    if iqr is not None:
+        ax.fill_between(
+            [calls[0], calls[-1]], (median - iqr / 2) / scale, (median + iqr / 2) / scale, color="black", alpha=0.15, lw=0
+        )
+    ax.set_xlabel("call number")
+    ax.set_ylabel(f"time per call ({unit})")
+    ax.grid(True, alpha=0.3)
+    return scatter, line
+
+
+def _time_unit(seconds: float) -> tuple[str, float]:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(seconds) >= scale:
+            return unit, scale
+    return "ns", 1e-9

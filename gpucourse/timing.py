@@ -1,0 +1,202 @@
+"""Honest timing: warm-up, CUDA synchronisation, fixed threads, ratios not absolute times.
+
+Two tools:
+
+* :func:`measure` times one function with ``torch.utils.benchmark`` (for lectures and plots).
+* :func:`compare_speed` times a baseline against a candidate, interleaved, each call on
+  fresh inputs, and re-checks the candidate's timed outputs. Its speedup ratio is what
+  speed checks compare with a threshold (DESIGN.md §5), because a ratio measured in one
+  process survives a noisy machine far better than any absolute time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+import torch
+import torch.utils.benchmark as benchmark
+
+from .devices import describe, device, synchronize
+
+
+@contextlib.contextmanager
+def fixed_threads(num_threads: int | None) -> Iterator[None]:
+    """Run the block with torch using exactly ``num_threads`` CPU threads (None: leave as is)."""
+    previous = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _clock() -> float:
+    """Wall-clock time after all queued GPU work has finished."""
+    synchronize()
+    return time.perf_counter()
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One function's time per call, in seconds, and where it was measured."""
+
+    median: float
+    iqr: float  # spread between timed blocks of calls (0 when only one block was timed)
+    calls: int
+    blocks: int
+    device: str
+
+    def __str__(self) -> str:
+        return (
+            f"{_seconds(self.median)} ± {_seconds(self.iqr / 2)} per call "
+            f"({self.calls} calls in {self.blocks} blocks, measured on {self.device})"
+        )
+
+
+def measure(
+    fn: Callable,
+    *args,
+    warmup: int = 3,
+    min_run_time: float = 0.2,
+    num_threads: int | None = None,
+) -> Timing:
+    """Median time of ``fn(*args)`` after ``warmup`` untimed calls.
+
+    ``torch.utils.benchmark`` picks how many calls to time (at least ``min_run_time``
+    seconds in all) and synchronises CUDA around them. ``num_threads`` defaults to
+    torch's current setting. The label names the device of the first tensor argument
+    (the course's device when there is none) and the thread count used.
+    """
+    threads = torch.get_num_threads() if num_threads is None else num_threads
+    with fixed_threads(threads):
+        for _ in range(warmup):
+            fn(*args)
+        synchronize()
+        timer = benchmark.Timer(stmt="fn(*args)", globals={"fn": fn, "args": args}, num_threads=threads)
+        result = timer.blocked_autorange(min_run_time=min_run_time)
+        measured_on = describe(_device_of(args))
+    return Timing(
+        median=result.median,
+        iqr=result.iqr,
+        calls=len(result.times) * result.number_per_run,
+        blocks=len(result.times),
+        device=measured_on,
+    )
+
+
+def _device_of(args: Sequence) -> torch.device:
+    """Where the work of ``fn(*args)`` runs: the first tensor argument's device."""
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            return arg.device
+    return device()
+
+
+@dataclass(frozen=True)
+class SpeedResult:
+    """Outcome of :func:`compare_speed`: how many times faster the candidate ran."""
+
+    speedup: float  # median baseline time / median candidate time
+    low: float  # 25th percentile of the per-round ratios
+    high: float  # 75th percentile of the per-round ratios
+    baseline_seconds: float
+    candidate_seconds: float
+    rounds: int
+    device: str
+    num_threads: int | None
+
+    def __str__(self) -> str:
+        return (
+            f"{self.speedup:.1f}× faster (middle half of rounds {self.low:.1f}–{self.high:.1f}×; "
+            f"baseline {_seconds(self.baseline_seconds)}, candidate {_seconds(self.candidate_seconds)} per call; "
+            f"measured on {self.device})"
+        )
+
+
+def compare_speed(
+    baseline: Callable,
+    candidate: Callable,
+    make_inputs: Callable[[], Sequence],
+    *,
+    check: Callable[[Sequence, object], None] | None = None,
+    rounds: int = 15,
+    warmup: int = 2,
+    num_threads: int | None = 1,
+    block_seconds: float = 0.01,
+    max_calls_per_block: int = 200,
+) -> SpeedResult:
+    """Time ``baseline`` against ``candidate`` on fresh inputs, interleaved, and return the ratio.
+
+    ``make_inputs()`` returns a new argument tuple each time; no timed call sees inputs
+    another call has seen, so caching results by address or value cannot pay.
+    Each round times a block of calls of one function, then a block of the other (the
+    order alternates to cancel drift); a block holds enough calls to last about
+    ``block_seconds``. Afterwards ``check(inputs, output)`` is called on every timed
+    candidate output, outside the timed region, and must raise if one is wrong.
+    Warm-up calls (compilation, caches, allocator) are never timed.
+    """
+    if rounds < 1:
+        raise ValueError("rounds must be at least 1")
+    with fixed_threads(num_threads):
+        one_call = {}
+        for name, fn in (("baseline", baseline), ("candidate", candidate)):
+            for _ in range(max(warmup, 1)):
+                args = make_inputs()
+                start = _clock()
+                fn(*args)
+                one_call[name] = _clock() - start
+        calls = {
+            name: max(1, min(max_calls_per_block, math.ceil(block_seconds / max(seconds, 1e-9))))
+            for name, seconds in one_call.items()
+        }
+        per_call = {"baseline": [], "candidate": []}
+        timed_candidate_runs = []
+        for round_index in range(rounds):
+            order = (("baseline", baseline), ("candidate", candidate))
+            for name, fn in order if round_index % 2 == 0 else order[::-1]:
+                inputs = [make_inputs() for _ in range(calls[name])]
+                synchronize()
+                start = _clock()
+                outputs = [fn(*args) for args in inputs]
+                per_call[name].append((_clock() - start) / calls[name])
+                if name == "candidate":
+                    timed_candidate_runs.extend(zip(inputs, outputs))
+        measured_on = describe(_device_of(make_inputs()))
+    if check is not None:
+        for args, output in timed_candidate_runs:
+            check(args, output)
+    ratios = sorted(b / c for b, c in zip(per_call["baseline"], per_call["candidate"]))
+    baseline_s = statistics.median(per_call["baseline"])
+    candidate_s = statistics.median(per_call["candidate"])
+    return SpeedResult(
+        speedup=baseline_s / candidate_s,
+        low=_quantile(ratios, 0.25),
+        high=_quantile(ratios, 0.75),
+        baseline_seconds=baseline_s,
+        candidate_seconds=candidate_s,
+        rounds=rounds,
+        device=measured_on,
+        num_threads=num_threads,
+    )
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    position = q * (len(sorted_values) - 1)
+    lower = math.floor(position)
+    upper = min(lower + 1, len(sorted_values) - 1)
+    weight = position - lower
+    return sorted_values[lower] * (1 - weight) + sorted_values[upper] * weight
+
+
+def _seconds(value: float) -> str:
+    """Format a duration with a readable unit: 1.23 ms, 45.6 µs."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value / 1e-9:.3g} ns"

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Run the course's checks on a real CUDA GPU and write a short report.
+#
+#   scripts/gpu_check.sh [REPORT_DIR]        (default: $OUT if set, else gpu-report/)
+#
+# It runs the whole pytest suite with GPUCOURSE_DEVICE=cuda: unit tests, every lecture and
+# solution notebook executed on the GPU, and the nbgrader round trip (reference solution
+# full marks, untouched release 0). The report holds the GPU, the suite's outcome, each
+# notebook's run time and every speedup the notebooks measured. Budget: under 8 minutes.
+#
+# It uses the python3 on PATH (a venv made by `make install` works too: PYTHON=.venv/bin/python).
+# On a GPU machine without internet, missing packages can travel as wheels in .whl/
+# (scripts/fetch_gpu_wheels.sh downloads them on a machine that has internet).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+report=${1:-${OUT:-gpu-report}}
+mkdir -p "$report"
+python=${PYTHON:-python3}
+
+if compgen -G ".whl/*.whl" >/dev/null; then
+    "$python" -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpucourse-site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/gpucourse-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export GPUCOURSE_DEVICE=cuda MPLBACKEND=Agg PYTHONUNBUFFERED=1
+export GPUCOURSE_EXECUTED_DIR=$PWD/$report/executed
+mkdir -p "$GPUCOURSE_EXECUTED_DIR"
+
+{
+    echo "# GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+    "$python" -c 'import torch, gpucourse; print("torch", torch.__version__, "| course device:", gpucourse.describe())' 2>&1
+} | tee "$report/report.md"
+
+missing=$("$python" - <<'PY'
+import importlib.util
+names = ["torch", "numpy", "matplotlib", "pytest", "nbformat", "nbclient", "jupytext", "nbgrader", "ipykernel"]
+print(" ".join(n for n in names if importlib.util.find_spec(n) is None))
+PY
+)
+if [ -n "$missing" ]; then
+    echo "MISSING packages: $missing (carry them as wheels in .whl/, see scripts/fetch_gpu_wheels.sh)" | tee -a "$report/report.md"
+    exit 1
+fi
+
+start=$SECONDS
+"$python" -m pytest -q -p no:cacheprovider --durations=0 tests 2>&1 | tee "$report/pytest.log"
+status=${PIPESTATUS[0]}
+{
+    echo
+    echo "## Suite: exit $status in $((SECONDS - start)) s"
+    tail -n 1 "$report/pytest.log"
+    echo
+    echo "## Notebook run times"
+    grep -E "call +tests/test_notebooks.py" "$report/pytest.log" || echo "(none recorded)"
+    echo
+    echo "## Speedups measured in the executed notebooks"
+    "$python" -m autograder.report "$GPUCOURSE_EXECUTED_DIR" || true
+} | tee -a "$report/report.md"
+exit "$status"

@@ -1,0 +1,74 @@
+import math
+
+import pytest
+import torch
+
+from gpucourse import check
+from gpucourse.timing import SpeedResult
+
+
+def test_assert_close_accepts_values_within_tolerance():
+    expected = torch.tensor([1.0, 2.0, float("nan")])
+    check.assert_close(expected + 1e-7, expected)
+
+
+@pytest.mark.parametrize(
+    "actual, message",
+    [
+        ([1.0, 2.0], "expected a torch.Tensor, got list"),
+        (torch.zeros(3, 2), r"expected shape \(2, 3\), got \(3, 2\)"),
+        (torch.zeros(2, 3, dtype=torch.float64), "expected dtype torch.float32, got torch.float64"),
+    ],
+)
+def test_assert_close_explains_structural_mismatches(actual, message):
+    with pytest.raises(AssertionError, match=message):
+        check.assert_close(actual, torch.zeros(2, 3), name="f(x)")
+
+
+def test_assert_close_reports_the_first_wrong_value():
+    expected = torch.zeros(2, 3)
+    actual = expected.clone()
+    actual[1, 2] = 0.5
+    with pytest.raises(AssertionError, match=r"1 of 6 values differ.*index \(1, 2\): got 0.5, expected 0"):
+        check.assert_close(actual, expected)
+
+
+def test_assert_close_treats_unexpected_nan_as_wrong():
+    with pytest.raises(AssertionError, match="got nan"):
+        check.assert_close(torch.tensor([float("nan")]), torch.tensor([1.0]))
+
+
+def test_assert_equal_and_approx():
+    check.assert_equal(48, 48)
+    with pytest.raises(AssertionError, match="expected 48, got 47"):
+        check.assert_equal(47, 48, name="flops")
+    with pytest.raises(AssertionError, match="expected 1, got True"):
+        check.assert_equal(True, 1)
+    check.assert_approx(0.1 + 0.2, 0.3)
+    with pytest.raises(AssertionError, match="expected 0.3, got 0.31"):
+        check.assert_approx(0.31, 0.3)
+    with pytest.raises(AssertionError, match="expected a number, got str"):
+        check.assert_approx("0.3", 0.3)
+
+
+def test_required_speedup_uses_this_device_class(monkeypatch):
+    monkeypatch.setenv("GPUCOURSE_DEVICE", "cpu")
+    assert check.required_speedup({"cpu": 4.0, "cuda": 10.0}) == 4.0
+    with pytest.raises(KeyError, match="no speed threshold for device class 'cpu'"):
+        check.required_speedup({"cuda": 10.0})
+
+
+def _result(speedup):
+    return SpeedResult(speedup, speedup * 0.9, speedup * 1.1, 1e-3, 1e-3 / speedup, 15, "test CPU", 1)
+
+
+def test_assert_speedup_passes_and_reports(capsys):
+    check.assert_speedup(_result(5.0), 4.0, name="vectorised")
+    assert "5.0× faster" in capsys.readouterr().out
+
+
+def test_assert_speedup_failure_gives_measured_and_required():
+    with pytest.raises(AssertionError, match="measured 1.4× faster, need 3×"):
+        check.assert_speedup(_result(1.4), 3.0)
+    with pytest.raises(AssertionError):
+        check.assert_speedup(_result(math.nan), 3.0)

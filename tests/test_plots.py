@@ -1,0 +1,104 @@
+"""Tests of gpucourse.plots: the figures draw the data they are given, labelled with where it came from."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from gpucourse import plots  # noqa: E402
+
+
+@pytest.fixture
+def ax():
+    fig, axes = plt.subplots()
+    yield axes
+    plt.close(fig)
+
+
+def test_versus_size_draws_the_data_on_a_log2_axis(ax):
+    """versus_size plots exactly the given points, log2 in x, with the kind in the legend."""
+    line = plots.versus_size(ax, [64, 128, 256], [1.0, 2.5, 4.0], label="this CPU", ylabel="GFLOP/s")
+    np.testing.assert_array_equal(line.get_xdata(), [64, 128, 256])
+    np.testing.assert_array_equal(line.get_ydata(), [1.0, 2.5, 4.0])
+    assert line.get_label() == "this CPU (measured)"
+    assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2
+    assert ax.get_yscale() == "linear"
+    assert ax.get_ylabel() == "GFLOP/s"
+
+
+def test_versus_size_styles_modelled_data_apart(ax):
+    """Modelled data is dashed without markers, measured data solid with markers; logy sets a log y axis."""
+    measured = plots.versus_size(ax, [1, 2], [1, 2], label="a")
+    modelled = plots.versus_size(ax, [1, 2], [3, 4], label="b", kind="modelled", logy=True)
+    assert measured.get_linestyle() == "-" and measured.get_marker() == "o"
+    assert modelled.get_linestyle() == "--" and modelled.get_marker() in (None, "None", "")
+    assert modelled.get_label() == "b (modelled)"
+    assert ax.get_yscale() == "log"
+
+
+def test_versus_size_keeps_axis_labels_of_earlier_series(ax):
+    """Without an xlabel, a series gets a default one, and a later series keeps the label an earlier one set."""
+    plots.versus_size(ax, [1, 2], [1, 2], label="a")
+    assert ax.get_xlabel() == "problem size n"
+    plots.versus_size(ax, [1, 2], [1, 2], label="b", xlabel="matrix side n", ylabel="seconds")
+    plots.versus_size(ax, [1, 2], [3, 4], label="c", kind="reported")
+    assert ax.get_xlabel() == "matrix side n"
+    assert ax.get_ylabel() == "seconds"
+    assert len(ax.get_lines()) == 3
+
+
+def test_versus_size_rejects_unknown_kind_and_mismatched_lengths(ax):
+    """A kind other than measured/reported/modelled, or sizes and values of different lengths, raise."""
+    with pytest.raises(ValueError, match="kind"):
+        plots.versus_size(ax, [1, 2], [1, 2], label="a", kind="guessed")
+    with pytest.raises(ValueError, match="shape"):
+        plots.versus_size(ax, [1, 2, 3], [1, 2], label="a")
+
+
+def test_provenance_bars_draws_values_in_order_marked_by_kind(ax):
+    """provenance_bars draws one bar per entry, first on top, hatched by kind, with value labels and a legend per kind."""
+    entries = [("GPU (article)", 28.2, "reported"), ("this CPU", 0.3, "measured"), ("T4", 8.1, "modelled")]
+    container = plots.provenance_bars(ax, entries, xlabel="TFLOP/s", log=True)
+    widths = [patch.get_width() for patch in container.patches]
+    tops = [patch.get_y() for patch in container.patches]
+    assert widths == pytest.approx([28.2, 0.3, 8.1])
+    assert tops[0] > tops[1] > tops[2]
+    assert [patch.get_hatch() for patch in container.patches] == ["//", "", ".."]
+    ticks = sorted(zip(ax.get_yticks(), (t.get_text() for t in ax.get_yticklabels())), reverse=True)
+    assert [name for _, name in ticks] == ["GPU (article)", "this CPU", "T4"]  # read top to bottom
+    assert sorted(t.get_text() for t in ax.texts) == ["0.3", "28.2", "8.1"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["reported", "measured", "modelled"]
+    assert ax.get_xscale() == "log"
+
+
+def test_provenance_bars_rejects_unlabelled_data(ax):
+    """Bars must say where their number comes from; no bars at all is an error too."""
+    with pytest.raises(ValueError, match="kind"):
+        plots.provenance_bars(ax, [("x", 1.0, "measured?")], xlabel="s")
+    with pytest.raises(ValueError, match="no bars"):
+        plots.provenance_bars(ax, [], xlabel="s")
+
+
+def test_timing_strip_plots_samples_in_a_readable_unit(ax):
+    """timing_strip draws each sample against its call number, in ms for millisecond timings, with the median line."""
+    samples = [3e-3, 1.2e-3, 1.0e-3, 1.1e-3]
+    scatter, line = plots.timing_strip(ax, samples, median=1.05e-3, iqr=0.1e-3, label="matmul")
+    np.testing.assert_allclose(scatter.get_offsets(), [[1, 3.0], [2, 1.2], [3, 1.0], [4, 1.1]])
+    np.testing.assert_allclose(line.get_ydata(), [1.05, 1.05])
+    np.testing.assert_allclose(line.get_xdata(), [1, 4])
+    assert ax.get_ylabel() == "time per call (ms)"
+    assert "measured" in scatter.get_label() and "measured" in line.get_label()
+    assert len(ax.collections) == 2  # the samples and the IQR band
+
+
+def test_timing_strip_picks_microseconds_and_rejects_empty_samples(ax):
+    """Microsecond timings are drawn in µs; an empty sample list raises."""
+    scatter, _ = plots.timing_strip(ax, [2e-6, 4e-6], median=3e-6, label="add")
+    np.testing.assert_allclose(scatter.get_offsets()[:, 1], [2.0, 4.0])
+    assert ax.get_ylabel() == "time per call (µs)"
+    assert len(ax.collections) == 1  # no IQR given, no band
+    with pytest.raises(ValueError, match="non-empty"):
+        plots.timing_strip(ax, [], median=1.0, label="x")

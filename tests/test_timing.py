@@ -1,0 +1,99 @@
+import time
+
+import pytest
+import torch
+
+from gpucourse import timing
+
+
+def test_fixed_threads_sets_and_restores():
+    before = torch.get_num_threads()
+    with timing.fixed_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+
+
+def test_measure_times_a_known_duration():
+    result = timing.measure(time.sleep, 0.005, warmup=1, min_run_time=0.05)
+    assert 0.004 < result.median < 0.03
+    assert result.blocks >= 3 and result.calls >= result.blocks
+    assert "measured on CPU" in str(result)
+
+
+def test_measure_labels_the_tensors_device_and_thread_count():
+    result = timing.measure(torch.add, torch.ones(4), torch.ones(4), num_threads=1, min_run_time=0.01)
+    assert result.device.startswith("CPU ") and result.device.endswith("1 torch thread")
+
+
+def test_measure_runs_warmup_calls_before_timing():
+    calls = []
+    timing.measure(lambda: calls.append(1), warmup=4, min_run_time=0.01)
+    assert len(calls) > 4
+
+
+def _sleeper(seconds):
+    def fn(x):
+        time.sleep(seconds)
+        return x * 2
+
+    return fn
+
+
+def test_compare_speed_measures_the_ratio_of_two_durations():
+    result = timing.compare_speed(_sleeper(0.004), _sleeper(0.001), lambda: (torch.ones(3),), rounds=5)
+    assert 2.5 < result.speedup < 5.0, result
+    assert result.low <= result.speedup * 1.2 and result.high >= result.speedup / 1.2
+    assert result.rounds == 5 and result.num_threads == 1
+
+
+def test_compare_speed_gives_every_timed_call_fresh_inputs_and_checks_every_output():
+    made, checked = [], []
+
+    def make_inputs():
+        made.append(torch.tensor([float(len(made))]))
+        return (made[-1],)
+
+    def verify(args, output):
+        checked.append(args[0])
+        assert torch.equal(output, args[0] * 2)
+
+    timing.compare_speed(_sleeper(0.0005), _sleeper(0.0002), make_inputs, check=verify, rounds=3, warmup=1)
+    assert len({id(t) for t in checked}) == len(checked) > 3  # each candidate output came from its own inputs
+    assert len({float(t) for t in made}) == len(made)
+
+
+def test_compare_speed_defeats_caching_by_value():
+    cache, misses = {}, []
+
+    def caching(x):
+        key = float(x)
+        if key not in cache:
+            misses.append(key)
+            cache[key] = x * 2
+        return cache[key]
+
+    counter = iter(range(10**6))
+    timing.compare_speed(_sleeper(0.0002), caching, lambda: (torch.tensor(float(next(counter))),), rounds=3)
+    assert len(misses) == len(cache)  # no call ever found its result cached
+
+
+def test_compare_speed_raises_when_a_timed_output_is_wrong():
+    def wrong_after_warmup():
+        calls = []
+
+        def fn(x):
+            calls.append(1)
+            return x * (2 if len(calls) <= 2 else 3)
+
+        return fn
+
+    def verify(args, output):
+        assert torch.equal(output, args[0] * 2), "timed output is wrong"
+
+    with pytest.raises(AssertionError, match="timed output is wrong"):
+        timing.compare_speed(_sleeper(0.0002), wrong_after_warmup(), lambda: (torch.ones(1),), check=verify, rounds=2)
+
+
+def test_compare_speed_rejects_zero_rounds():
+    with pytest.raises(ValueError, match="rounds"):
+        timing.compare_speed(_sleeper(0), _sleeper(0), lambda: (1,), rounds=0)
