@@ -16,7 +16,7 @@ def test_fixed_threads_sets_and_restores():
 def test_measure_times_a_known_duration():
     result = timing.measure(time.sleep, 0.005, warmup=1, min_run_time=0.05)
     assert 0.004 < result.median < 0.03
-    assert result.blocks >= 3 and result.calls >= result.blocks
+    assert result.calls >= 3 and result.calls >= result.blocks >= 1
     assert "measured on CPU" in str(result)
 
 
