@@ -102,3 +102,20 @@ def test_timing_strip_picks_microseconds_and_rejects_empty_samples(ax):
     assert len(ax.collections) == 1  # no IQR given, no band
     with pytest.raises(ValueError, match="non-empty"):
         plots.timing_strip(ax, [], median=1.0, label="x")
+
+
+def test_roofline_curve_is_bandwidth_bound_then_flat():
+    curve = plots.roofline_curve([0.5, 10.0, 100.0], peak_flops=1000.0, peak_bandwidth=20.0)
+    assert curve.tolist() == [10.0, 200.0, 1000.0]
+
+
+def test_roofline_draws_the_roof_the_ridge_and_the_points(ax):
+    line = plots.roofline(ax, 1000.0, 20.0, label="toy, modelled", points=[("mm", 100.0, 800.0)])
+    x, y = line.get_data()
+    assert np.allclose(y, np.minimum(1000.0, x * 20.0))
+    assert line.get_label() == "toy, modelled"
+    ridges = [artist for artist in ax.lines if artist is not line and list(artist.get_xdata()) == [50.0, 50.0]]
+    assert ridges, "the ridge point (peak / bandwidth = 50) should be marked"
+    assert any(list(artist.get_xdata()) == [100.0] and list(artist.get_ydata()) == [800.0] for artist in ax.lines)
+    assert [text.get_text() for text in ax.texts] == ["mm"]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
