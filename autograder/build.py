@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import jupytext
@@ -125,12 +123,15 @@ def build_notebooks(root: Path) -> list[Path]:
 
 
 def release_assignments(root: Path) -> list[Path]:
-    """Regenerate ``assignments/`` from ``solutions/`` with nbgrader; return changed files."""
+    """Regenerate ``assignments/`` from ``solutions/`` with nbgrader; return changed files.
+
+    nbgrader also records each assignment's graded cells in the course's ``gradebook.db``,
+    which ``nbgrader autograde`` needs later.
+    """
     release_root = root / "assignments"
     before = _snapshot(release_root)
-    with tempfile.TemporaryDirectory(prefix="gpucourse-build-") as scratch:
-        for source in assignment_sources(root):
-            _generate_assignment(root, source.parent.name, Path(scratch) / "gradebook.db")
+    for source in assignment_sources(root):
+        _generate_assignment(root, source.parent.name, root / "gradebook.db")
     for notebook_path in release_root.glob("*/*.ipynb"):
         # nbgrader writes with its own formatting; keep the repository's one format.
         write_if_changed(notebook_path, notebook_text(nbformat.read(notebook_path, as_version=4)))
