@@ -39,7 +39,7 @@ def graded(request, tmp_path_factory):
 def test_reference_solution_earns_full_autograded_marks(graded):
     items = [item for item in graded["reference"].values() if item.autograded]
     assert items, "the assignment has no autograded items"
-    lost = {item.grade_id: f"{item.score}/{item.max_score}" for item in items if item.score != item.max_score}
+    lost = {item.grade_id: f"{item.score}/{item.max_score} ({item.message})" for item in items if item.score != item.max_score}
     assert lost == {}, f"the reference solution lost points: {lost}"
 
 
@@ -61,3 +61,4 @@ def test_speed_item_separates_fast_and_slow_correct_answers(graded):
     assert scores["broadcasting"]["test_pairwise_correct"] == 2 and scores["broadcasting"]["test_pairwise_speed"] == 2
     assert scores["loop"]["test_pairwise_correct"] == 2, "the loop is correct and earns the correctness points"
     assert scores["loop"]["test_pairwise_speed"] == 0, "the loop itself must not pass the speed item"
+    assert "need 4×" in graded["loop"]["test_pairwise_speed"].message
