@@ -1,0 +1,290 @@
+"""The trusted side of grading: runs the source's tests against a student's worker.
+
+The harness never executes student code. It runs the source notebook's setup and locked
+cells itself, binds each graded name (``pairwise_sq_dists``, …) to a proxy that calls into
+the student's worker process, and executes each test cell in its own namespace. So the
+tests use the harness's own ``torch``, clocks, references and comparisons, which no student
+code has touched; what comes back from the worker is plain data (see :mod:`protocol`).
+
+A crash, a kill or a time-out of the worker costs the item it happened in; the worker is
+restarted (reloading the student's code) for the items after it. A student cell that hangs
+or crashes while loading is skipped on the restart, so it costs only what depends on it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import io
+import itertools
+import select
+import shutil
+import time
+import types
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from gpucourse import devices
+
+from . import protocol, sandbox
+from .skeleton import Plan, TestItem
+
+OUTCOMES = ("passed", "failed", "timeout", "crashed", "needs_gpu")
+
+
+class WorkerTimeout(Exception):
+    """The student's code did not answer before the deadline."""
+
+
+class WorkerCrashed(Exception):
+    """The student's worker process died."""
+
+
+class StudentError(Exception):
+    """Raised in the harness when the student's function raised; carries its type and message."""
+
+
+@dataclass
+class ItemResult:
+    grade_id: str
+    points: float
+    outcome: str
+    score: float
+    message: str = ""
+    output: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class SubmissionResult:
+    items: list[ItemResult]
+    device: str
+    device_class: str
+    isolation: str
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @property
+    def score(self) -> float:
+        return sum(item.score for item in self.items)
+
+
+class StudentWorker:
+    """A student's worker process with their code loaded; restarted after a crash or time-out."""
+
+    def __init__(self, cells: list[str], workdir: Path, limits: sandbox.Limits, hidden_paths):
+        self.cells, self.workdir, self.limits, self.hidden_paths = cells, workdir, limits, hidden_paths
+        self.skipped: set[int] = set()
+        self.load_notes: list[str] = []
+        self.process: sandbox.WorkerProcess | None = None
+        self.callbacks: dict[int, object] = {}
+        self._ids = itertools.count()
+        self.isolation = "not started"
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def ensure_started(self) -> None:
+        while self.process is None:
+            self.process = sandbox.start_worker(self.workdir, self.limits, self.hidden_paths)
+            self.isolation = self.process.isolation
+            self.load_notes = []
+            for index, source in enumerate(self.cells):
+                if index in self.skipped:
+                    continue
+                try:
+                    reply = self.request(("exec", source), self.limits.cell_seconds)
+                except (WorkerTimeout, WorkerCrashed) as failure:
+                    # Skip this cell from now on; what depends on it will fail on its own.
+                    self.skipped.add(index)
+                    self.load_notes.append(f"your code cell {index + 1} {_failure_text(failure)}; it was skipped")
+                    self.stop()
+                    break
+                if reply[0] == "raise":
+                    self.load_notes.append(f"your code cell {index + 1} raised {reply[1]}: {_first_line(reply[2])}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process = None
+
+    # -- messages --------------------------------------------------------------------------
+    def request(self, message, seconds: float):
+        """Send ``message`` and wait for the final reply, serving callbacks meanwhile."""
+        deadline = time.monotonic() + seconds
+        try:
+            protocol.write_frame(self.process.to_worker, protocol.encode_for_worker(message))
+            while True:
+                reply = self._receive(deadline)
+                if reply[0] != "callback":
+                    return reply
+                self._serve_callback(reply)
+        except WorkerTimeout:
+            self.stop()
+            raise
+        except (protocol.ChannelClosed, BrokenPipeError, OSError, ValueError) as error:
+            description = self.process.exit_description() if self.process else "stopped"
+            self.stop()
+            raise WorkerCrashed(f"{description} ({error})" if isinstance(error, ValueError) else description) from None
+
+    def _receive(self, deadline: float):
+        remaining = deadline - time.monotonic()
+        ready, _, _ = select.select([self.process.from_worker], [], [], max(remaining, 0))
+        if not ready:
+            raise WorkerTimeout()
+        return protocol.decode_from_worker(protocol.read_frame(self.process.from_worker))
+
+    def _serve_callback(self, reply) -> None:
+        _, callback_id, args, kwargs = reply
+        try:
+            value = self.callbacks[callback_id](*_rebuild(args), **_rebuild(kwargs))
+            answer = ("cb_return", value)
+        except Exception as error:  # noqa: BLE001 - handed to the student's code as an error
+            answer = ("cb_raise", type(error).__name__, str(error))
+        protocol.write_frame(self.process.to_worker, protocol.encode_for_worker(answer))
+
+    def marshal(self, value):
+        """Arguments for the worker: the test's own functions become callbacks."""
+        if isinstance(value, (list, tuple)):
+            converted = [self.marshal(item) for item in value]
+            return converted if isinstance(value, list) else tuple(converted)
+        if isinstance(value, dict):
+            return {key: self.marshal(item) for key, item in value.items()}
+        if callable(value) and not isinstance(value, torch.Tensor) and not _importable(value):
+            callback_id = next(self._ids)
+            self.callbacks[callback_id] = value
+            return protocol.Callback(callback_id)
+        return value
+
+
+class StudentFunction:
+    """Stands in the harness for a function the student wrote; calls run in their worker."""
+
+    def __init__(self, worker: StudentWorker, name: str, item_deadline):
+        self.worker, self.name, self.item_deadline = worker, name, item_deadline
+        self.__name__ = name
+
+    def __call__(self, *args, **kwargs):
+        self.worker.ensure_started()
+        reply = self.worker.request(("call", self.name, self.worker.marshal(args), self.worker.marshal(kwargs)), self.item_deadline())
+        return _result(self.name, reply)
+
+    def timed_block(self, calls):
+        """Run ``self(*args)`` for each args in ``calls``; the harness's clock times only the calls."""
+        self.worker.ensure_started()
+        _result(self.name, self.worker.request(("load_block", self.name, [self.worker.marshal(a) for a in calls]), self.item_deadline()))
+        devices.synchronize()
+        start = time.perf_counter()
+        _result(self.name, self.worker.request(("run_block",), self.item_deadline()))
+        seconds = time.perf_counter() - start
+        outputs = _result(self.name, self.worker.request(("fetch_block",), self.item_deadline()))
+        return seconds, outputs
+
+
+def _result(name: str, reply):
+    """The value of a worker's reply; a student's exception is raised again here, same type if built in."""
+    if reply[0] == "raise":
+        error_type = getattr(builtins, reply[1], None)
+        if not (isinstance(error_type, type) and issubclass(error_type, Exception)) or error_type is AssertionError:
+            error_type = StudentError
+        error = error_type(f"{name} raised {_first_line(reply[2])}")
+        error.from_student = True
+        raise error
+    return _rebuild(reply[1]) if len(reply) > 1 else None
+
+
+def _rebuild(value):
+    """Objects the worker flattened into dicts become attribute namespaces again."""
+    if isinstance(value, dict):
+        if "__object__" in value and "attributes" in value:
+            return types.SimpleNamespace(**{k: _rebuild(v) for k, v in value["attributes"].items()})
+        return {key: _rebuild(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_rebuild(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_rebuild(item) for item in value)
+    return value
+
+
+def _importable(fn) -> bool:
+    """Library functions (torch.mm, math.sqrt) travel by name; the test's own functions do not."""
+    module = getattr(fn, "__module__", None) or ""
+    return module.split(".")[0] in {"torch", "math", "builtins", "numpy", "operator", "time", "functools"}
+
+
+def _first_line(text: str) -> str:
+    lines = [line for line in str(text).strip().splitlines() if line.strip()]
+    return lines[-1][:500] if lines else ""
+
+
+def _failure_text(failure: Exception) -> str:
+    return "ran past its time limit" if isinstance(failure, WorkerTimeout) else f"crashed the process ({failure})"
+
+
+def grade(plan: Plan, workdir: Path, limits: sandbox.Limits = sandbox.Limits(), hidden_paths=()) -> SubmissionResult:
+    """Grade one submission: every test item of ``plan`` against the student's code."""
+    started = time.monotonic()
+    notebook_deadline = started + limits.notebook_seconds
+    worker = StudentWorker(plan.student_cells, workdir, limits, list(hidden_paths))
+    results, notes = [], list(plan.notes)
+    try:
+        namespace = _trusted_namespace(plan, notes)
+        for item in plan.items:
+            if time.monotonic() > notebook_deadline:
+                results.append(ItemResult(item.grade_id, item.points, "timeout", 0.0, "the whole notebook ran past its time limit"))
+                continue
+            results.append(_grade_item(item, plan, namespace, worker, limits, notebook_deadline))
+        notes += worker.load_notes
+    finally:
+        worker.stop()
+    return SubmissionResult(
+        items=results, device=devices.describe(), device_class=devices.device_class(),
+        isolation=worker.isolation, notes=notes, seconds=time.monotonic() - started,
+    )
+
+
+def _trusted_namespace(plan: Plan, notes: list[str]) -> dict:
+    namespace = {"__name__": "__gradertest__", "__builtins__": builtins}
+    for index, source in enumerate(plan.context):
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                exec(compile(source, f"<setup cell {index + 1}>", "exec"), namespace)  # noqa: S102 - instructor's code
+        except Exception as error:  # noqa: BLE001
+            notes.append(f"setup cell {index + 1} raised {type(error).__name__} in the grader: {error}")
+    return namespace
+
+
+def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, limits: sandbox.Limits, notebook_deadline: float) -> ItemResult:
+    if item.requires_gpu and devices.device_class() != "cuda":
+        return ItemResult(item.grade_id, item.points, "needs_gpu", 0.0, "needs a GPU: regrade this item on a CUDA machine")
+    started = time.monotonic()
+    deadline = min(started + limits.item_seconds, notebook_deadline)
+    namespace = dict(base)
+    output = io.StringIO()
+    try:
+        worker.ensure_started()
+        kinds = _result("names", worker.request(("names", plan.api_names), max(deadline - time.monotonic(), 0.1)))
+        for name, kind in kinds.items():
+            if kind == "callable":
+                namespace[name] = StudentFunction(worker, name, lambda: max(deadline - time.monotonic(), 0.1))
+            elif kind == "value":
+                namespace[name] = _result(name, worker.request(("value", name), max(deadline - time.monotonic(), 0.1)))
+        with contextlib.redirect_stdout(output):
+            exec(compile(item.source, f"<test {item.grade_id}>", "exec"), namespace)  # noqa: S102 - instructor's test
+        outcome, score, message = "passed", item.points, ""
+    except WorkerTimeout:
+        outcome, score, message = "timeout", 0.0, f"your code ran past the {limits.item_seconds:.0f} s limit for this item"
+    except WorkerCrashed as crash:
+        outcome, score, message = "crashed", 0.0, f"your code crashed the process: {crash}"
+    except Exception as error:  # noqa: BLE001 - any failure of the test is the item's outcome
+        text = _first_line(str(error)) or "test failed"
+        outcome, score = "failed", 0.0
+        message = text if getattr(error, "from_student", False) else f"{type(error).__name__}: {text}"
+    return ItemResult(item.grade_id, item.points, outcome, score, message, output.getvalue()[-2000:], time.monotonic() - started)
+
+
+def cleanup(workdir: Path) -> None:
+    shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,194 @@
+"""Start a student's worker process with as much isolation as this machine allows.
+
+As root on Linux (the usual grading box or CI), the worker runs:
+
+* in new mount, network and PID namespaces (``unshare``): no network, and a kill of the
+  worker's init process kills everything the student's code started (fork bombs included);
+* with the course's private paths (``solutions/``, the gradebook, other submissions) covered
+  by empty file systems, so they cannot be read or written even by path;
+* as the unprivileged user ``nobody`` (``setpriv``), under resource limits (``prlimit``):
+  address space, processes, file size, no core dumps.
+
+Elsewhere (an instructor's laptop, no root) the worker is a plain child process under the
+same resource limits, and the result records ``isolation: "reduced"``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pwd
+import resource
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+UNPRIVILEGED_USER = "nobody"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one student's worker and the deadlines the harness enforces."""
+
+    cell_seconds: float = 60.0  # one student cell while loading their code
+    item_seconds: float = 120.0  # one graded item (all its calls and checks)
+    notebook_seconds: float = 900.0  # the whole submission
+    memory_bytes: int = 8 * 1024**3  # address space; torch alone reserves a few GB of it
+    processes: int = 256  # per user: threads count too
+    file_bytes: int = 256 * 1024**2
+    threads: int = 1
+
+
+@dataclass
+class WorkerProcess:
+    process: subprocess.Popen
+    to_worker: int
+    from_worker: int
+    isolation: str
+    log_path: Path
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for fd in (self.to_worker, self.from_worker):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def exit_description(self) -> str:
+        code = self.process.poll()
+        if code is None:
+            return "still running"
+        if code < 0 or code >= 128:
+            signal_number = -code if code < 0 else code - 128
+            return f"killed by signal {signal_number}" + (" (out of memory?)" if signal_number == 9 else "")
+        return f"exited with status {code}"
+
+
+@functools.lru_cache(maxsize=1)
+def namespaces_available() -> bool:
+    """Root, unshare and setpriv present, and unshare actually allowed here."""
+    if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("setpriv") and shutil.which("prlimit")):
+        return False
+    probe = subprocess.run(["unshare", "--mount", "--net", "--pid", "--fork", "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+def worker_environment(workdir: Path, threads: int) -> dict[str, str]:
+    env = {
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
+        "HOME": str(workdir),
+        "TMPDIR": str(workdir),
+        "MPLCONFIGDIR": str(workdir),
+        "MPLBACKEND": "Agg",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "LANG": "C.UTF-8",
+    }
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[name] = str(threads)
+    for name in ("GPUCOURSE_DEVICE", "CUDA_VISIBLE_DEVICES", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def start_worker(workdir: Path, limits: Limits, hidden_paths: list[Path] = ()) -> WorkerProcess:
+    """Start ``python -I -m autograder.worker`` in ``workdir`` (the submission's own folder)."""
+    workdir = Path(workdir).resolve()
+    to_worker_read, to_worker = os.pipe()
+    from_worker, from_worker_write = os.pipe()
+    command = [sys.executable, "-I", "-m", "autograder.worker", str(to_worker_read), str(from_worker_write)]
+    log_path = workdir.parent / f"{workdir.name}.worker.log"
+    env = worker_environment(workdir, limits.threads)
+    if namespaces_available():
+        command, isolation = _namespaced(command, workdir, limits, hidden_paths), "namespaces"
+        preexec = None
+    else:
+        isolation, preexec = "reduced", functools.partial(_apply_rlimits, limits)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            pass_fds=(to_worker_read, from_worker_write), preexec_fn=preexec, start_new_session=True,
+        )
+    os.close(to_worker_read)
+    os.close(from_worker_write)
+    return WorkerProcess(process, to_worker, from_worker, isolation, log_path)
+
+
+def _apply_rlimits(limits: Limits) -> None:
+    for name, value in (("RLIMIT_AS", limits.memory_bytes), ("RLIMIT_FSIZE", limits.file_bytes), ("RLIMIT_CORE", 0)):
+        resource.setrlimit(getattr(resource, name), (value, value))
+    if os.geteuid() != 0:  # root ignores RLIMIT_NPROC; setting it would only confuse
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+
+
+def _namespaced(command: list[str], workdir: Path, limits: Limits, hidden_paths) -> list[str]:
+    """Wrap ``command`` in unshare + mounts + prlimit + setpriv, as a shell script."""
+    user = pwd.getpwnam(UNPRIVILEGED_USER)
+    os.chown(workdir, user.pw_uid, user.pw_gid)
+    staging = Path(tempfile.mkdtemp(prefix="gpucourse-mnt-"))
+    script = ["set -e", "mount --make-rprivate /"]
+    script += _reachable_interpreter_mounts(staging)
+    for path in hidden_paths:
+        script += _hide(Path(path).resolve(), keep=workdir, staging=staging)
+    limited = [
+        "prlimit", f"--as={limits.memory_bytes}", f"--nproc={limits.processes}",
+        f"--fsize={limits.file_bytes}", "--core=0", "--",
+        "setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--no-new-privs", "--",
+        *command,
+    ]
+    script.append("exec " + shlex.join(limited))
+    return ["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "--", "/bin/sh", "-c", "\n".join(script)]
+
+
+def _hide(path: Path, *, keep: Path, staging: Path) -> list[str]:
+    """Mount commands that make ``path`` empty in the worker's view (``keep`` stays visible)."""
+    if not path.exists():
+        return []
+    if path.is_file():
+        return [f"mount --bind /dev/null {shlex.quote(str(path))}"]
+    lines = []
+    kept = keep.is_relative_to(path)
+    if kept:
+        saved = staging / "kept"
+        lines += [f"mkdir -p {shlex.quote(str(saved))}", f"mount --bind {shlex.quote(str(keep))} {shlex.quote(str(saved))}"]
+    lines.append(f"mount -t tmpfs -o size=1m,mode=0755 tmpfs {shlex.quote(str(path))}")
+    if kept:
+        lines += [f"mkdir -p {shlex.quote(str(keep))}", f"mount --bind {shlex.quote(str(staging / 'kept'))} {shlex.quote(str(keep))}"]
+    return lines
+
+
+def _reachable_interpreter_mounts(staging: Path) -> list[str]:
+    """Let ``nobody`` reach the interpreter when one of its ancestors is private (e.g. /root, mode 700).
+
+    Inside the worker's mount namespace only: the private folder is covered by an empty,
+    traversable one into which the interpreter's tree alone is bound back.
+    """
+    lines, done = [], set()
+    for target in (Path(os.path.realpath(sys.executable)), Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()):
+        for ancestor in reversed(target.parents):
+            if ancestor == Path("/") or os.stat(ancestor).st_mode & 0o001:
+                continue
+            child = ancestor / target.relative_to(ancestor).parts[0]
+            if (ancestor, child) in done:
+                break
+            done.add((ancestor, child))
+            saved = staging / f"reach{len(done)}"
+            lines += [
+                f"mkdir -p {shlex.quote(str(saved))}",
+                f"mount --bind {shlex.quote(str(child))} {shlex.quote(str(saved))}",
+                f"mount -t tmpfs -o size=1m,mode=0755 tmpfs {shlex.quote(str(ancestor))}",
+                f"mkdir -p {shlex.quote(str(child))}",
+                f"mount --bind {shlex.quote(str(saved))} {shlex.quote(str(child))}",
+            ]
+            break
+    return lines

@@ -1,0 +1,114 @@
+"""Rebuild what to run from the instructor's source notebook and a student's submission.
+
+The source notebook decides the structure: its locked and setup cells, its test cells and
+their order. From the student's notebook only their answers are taken: the solution cells
+(matched by nbgrader ``grade_id``) and the extra code cells they added (placed after the
+cell they followed). So a deleted, edited, split or retyped test cell changes nothing: the
+test always comes from the source.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+import nbformat
+
+
+@dataclass(frozen=True)
+class TestItem:
+    """One autograded test cell of the source."""
+
+    grade_id: str
+    points: float
+    source: str
+    tags: tuple[str, ...] = ()
+
+    @property
+    def requires_gpu(self) -> bool:
+        return "requires-gpu" in self.tags
+
+
+@dataclass
+class Plan:
+    """Everything the harness needs to grade one submission."""
+
+    context: list[str]  # locked/setup code, run in the harness and in the worker
+    student_cells: list[str]  # what the worker runs, in order: context + the student's answers
+    items: list[TestItem]
+    api_names: list[str]  # names the solution cells define: the student's graded functions
+    notes: list[str] = field(default_factory=list)
+
+
+def _nbgrader(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def is_test(cell) -> bool:
+    meta = _nbgrader(cell)
+    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+def is_solution(cell) -> bool:
+    meta = _nbgrader(cell)
+    return cell.cell_type == "code" and bool(meta.get("solution"))
+
+
+def defined_names(source: str) -> list[str]:
+    """Top-level names a cell defines (functions, classes, assignments)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names += [target.id for target in node.targets if isinstance(target, ast.Name)]
+    return names
+
+
+def make_plan(source_nb: nbformat.NotebookNode, student_nb: nbformat.NotebookNode) -> Plan:
+    source_ids = {cell.get("id") for cell in source_nb.cells}
+    source_grade_ids = {_nbgrader(cell).get("grade_id") for cell in source_nb.cells} - {None}
+    solution_ids = {_nbgrader(cell)["grade_id"] for cell in source_nb.cells if is_solution(cell)}
+
+    answers: dict[str, list[str]] = {}  # solution grade_id -> the student's cells for it, in order
+    extras: dict[str | None, list[str]] = {}  # anchor (source cell id) -> student cells added after it
+    anchor = None
+    for cell in student_nb.cells:
+        grade_id = _nbgrader(cell).get("grade_id")
+        if cell.cell_type == "code" and grade_id in solution_ids:
+            answers.setdefault(grade_id, []).append(cell.source)
+        elif grade_id in source_grade_ids or cell.get("id") in source_ids:
+            pass  # a locked, test or setup cell: the source's version is used
+        elif cell.cell_type == "code" and not grade_id:
+            extras.setdefault(anchor, []).append(cell.source)
+        anchor = _anchor_of(cell, source_nb) or anchor
+
+    plan = Plan(context=[], student_cells=list(extras.get(None, [])), items=[], api_names=[])
+    for cell in source_nb.cells:
+        meta = _nbgrader(cell)
+        if is_test(cell):
+            plan.items.append(TestItem(meta["grade_id"], float(meta.get("points", 0)), cell.source, tuple(cell.metadata.get("tags", ()))))
+        elif is_solution(cell):
+            plan.api_names += [name for name in defined_names(cell.source) if name not in plan.api_names]
+            student = answers.get(meta["grade_id"])
+            if student is None:
+                plan.notes.append(f"answer cell {meta['grade_id']!r} is missing from the submission")
+            plan.student_cells += student or []
+        elif cell.cell_type == "code":
+            plan.context.append(cell.source)
+            plan.student_cells.append(cell.source)
+        plan.student_cells += extras.get(cell.get("id"), [])
+    return plan
+
+
+def _anchor_of(student_cell, source_nb) -> str | None:
+    """The id of the source cell this student cell corresponds to, if any."""
+    grade_id = _nbgrader(student_cell).get("grade_id")
+    for cell in source_nb.cells:
+        if (grade_id and _nbgrader(cell).get("grade_id") == grade_id) or cell.get("id") == student_cell.get("id"):
+            return cell.get("id")
+    return None

@@ -1,0 +1,165 @@
+"""The untrusted side of grading: a process that runs one student's code and answers calls.
+
+Started by :mod:`autograder.sandbox` (``python -I -m autograder.worker IN_FD OUT_FD``) in
+the submission's own scratch folder. It executes the student's cells one at a time, then
+calls the student's functions on arguments the harness sends. It never sees a test cell,
+and it never decides a grade: it only returns values, which the harness checks.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+import traceback
+
+import torch
+
+from . import protocol
+
+_PLAIN = (int, float, bool, str, bytes, complex, type(None))
+
+
+class _NoIPython:
+    """``get_ipython()`` while grading: magics and shell escapes do nothing."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+def _transform_magics(source: str) -> str:
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:
+        return source
+    return TransformerManager().transform_cell(source)
+
+
+def to_plain(value, depth: int = 0):
+    """Convert a student's return value into data ``torch.load(weights_only=True)`` accepts."""
+    if depth > 20:
+        raise TypeError("the returned value is nested too deeply")
+    if type(value) is torch.Tensor:  # exactly a tensor: subclasses could defer work past the timer
+        return value.detach()
+    if isinstance(value, torch.Tensor):
+        raise TypeError(f"returned a {type(value).__name__} (a tensor subclass); return a plain torch.Tensor")
+    if isinstance(value, _PLAIN) or isinstance(value, (torch.dtype, torch.device, torch.Size)):
+        return value
+    if isinstance(value, (list, tuple)):
+        converted = [to_plain(item, depth + 1) for item in value]
+        return converted if isinstance(value, list) else tuple(converted)
+    if isinstance(value, dict):
+        return {str(key): to_plain(item, depth + 1) for key, item in value.items()}
+    module = type(value).__module__
+    if module == "numpy":
+        return to_plain(value.tolist() if hasattr(value, "tolist") else float(value), depth + 1)
+    if hasattr(value, "__dict__"):
+        return {"__object__": type(value).__name__, "attributes": to_plain(dict(vars(value)), depth + 1)}
+    raise TypeError(f"returned a {type(value).__name__}, which the grader cannot read back")
+
+
+class Worker:
+    def __init__(self, fd_in: int, fd_out: int):
+        self.fd_in, self.fd_out = fd_in, fd_out
+        self.namespace = {"__name__": "__main__", "__builtins__": builtins, "get_ipython": _NoIPython}
+        self.block = None
+        self.block_outputs = None
+        # Captured before any student code runs: a student's patch of torch.cuda.synchronize
+        # cannot make the harness's clock stop before the GPU has finished.
+        self._synchronize = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+        self._set_threads = torch.set_num_threads
+        self._threads = torch.get_num_threads()
+
+    def send(self, *message) -> None:
+        protocol.write_frame(self.fd_out, protocol.encode_for_harness(message))
+
+    def receive(self):
+        return protocol.decode_from_harness(protocol.read_frame(self.fd_in))
+
+    def serve(self) -> None:
+        while True:
+            try:
+                message = self.receive()
+            except protocol.ChannelClosed:
+                return
+            handler = getattr(self, f"do_{message[0]}")
+            try:
+                handler(*message[1:])
+            except Exception as error:  # noqa: BLE001 - reported to the harness as the student's error
+                self.send("raise", type(error).__name__, _describe(error))
+
+    def do_exec(self, source: str) -> None:
+        code = compile(_transform_magics(source), "<student cell>", "exec")
+        exec(code, self.namespace)  # noqa: S102 - running the student's code is the point
+        self.send("ok")
+
+    def do_names(self, names: list[str]) -> None:
+        kinds = {}
+        for name in names:
+            if name not in self.namespace:
+                kinds[name] = "missing"
+            else:
+                kinds[name] = "callable" if callable(self.namespace[name]) else "value"
+        self.send("names", kinds)
+
+    def do_value(self, name: str) -> None:
+        self.send("return", to_plain(self.namespace[name]))
+
+    def do_call(self, name: str, args, kwargs) -> None:
+        self._set_threads(self._threads)
+        result = self.namespace[name](*self._bind(args), **self._bind(kwargs))
+        self.send("return", to_plain(result))
+
+    def do_load_block(self, name: str, calls) -> None:
+        self.block = (self.namespace[name], [self._bind(args) for args in calls])
+        self.block_outputs = None
+        self.send("ok")
+
+    def do_run_block(self) -> None:
+        fn, calls = self.block
+        self._set_threads(self._threads)
+        outputs = [fn(*args) for args in calls]
+        self._synchronize()
+        self.block_outputs = outputs
+        self.send("done")
+
+    def do_fetch_block(self) -> None:
+        outputs, self.block_outputs, self.block = self.block_outputs, None, None
+        self.send("return", [to_plain(output) for output in outputs])
+
+    def _bind(self, value):
+        """Replace Callback markers in arguments by functions that call back into the harness."""
+        if isinstance(value, protocol.Callback):
+            return self._callback(value.callback_id)
+        if isinstance(value, tuple):
+            return tuple(self._bind(item) for item in value)
+        if isinstance(value, list):
+            return [self._bind(item) for item in value]
+        if isinstance(value, dict):
+            return {key: self._bind(item) for key, item in value.items()}
+        return value
+
+    def _callback(self, callback_id: int):
+        def call_harness(*args, **kwargs):
+            self.send("callback", callback_id, to_plain(args), to_plain(kwargs))
+            reply = self.receive()
+            if reply[0] == "cb_return":
+                return reply[1]
+            raise RuntimeError(f"the test's function raised {reply[1]}: {reply[2]}")
+
+        return call_harness
+
+
+def _describe(error: BaseException) -> str:
+    """The error's message and the last student frames, short enough for feedback."""
+    lines = traceback.format_exception_only(type(error), error)
+    return "".join(lines).strip()[-2000:]
+
+
+def main(argv: list[str]) -> int:
+    fd_in, fd_out = int(argv[1]), int(argv[2])
+    Worker(fd_in, fd_out).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
