@@ -123,19 +123,26 @@ def build_notebooks(root: Path) -> list[Path]:
 
 
 def release_assignments(root: Path) -> list[Path]:
-    """Regenerate ``assignments/`` from ``solutions/`` with nbgrader; return changed files.
-
-    nbgrader also records each assignment's graded cells in the course's ``gradebook.db``,
-    which ``nbgrader autograde`` needs later.
-    """
-    release_root = root / "assignments"
-    before = _snapshot(release_root)
+    """Regenerate ``assignments/`` from ``solutions/`` with nbgrader; return changed files."""
+    changed = []
     for source in assignment_sources(root):
-        _generate_assignment(root, source.parent.name, root / "gradebook.db")
-    for notebook_path in release_root.glob("*/*.ipynb"):
+        changed += release_assignment(root, source.parent.name)
+    return changed
+
+
+def release_assignment(root: Path, assignment: str) -> list[Path]:
+    """Regenerate ``assignments/ASSIGNMENT`` with nbgrader; return the files that changed.
+
+    nbgrader also records the assignment's graded cells in the course's ``gradebook.db``,
+    which grading needs later.
+    """
+    release = root / "assignments" / assignment
+    before = _snapshot(release)
+    _generate_assignment(root, assignment, root / "gradebook.db")
+    for notebook_path in release.glob("*.ipynb"):
         # nbgrader writes with its own formatting; keep the repository's one format.
         write_if_changed(notebook_path, notebook_text(nbformat.read(notebook_path, as_version=4)))
-    after = _snapshot(release_root)
+    after = _snapshot(release)
     return sorted(path for path, text in after.items() if before.get(path) != text)
 
 

@@ -25,14 +25,17 @@ def nbgrader_env() -> dict[str, str]:
     return env
 
 
-def run_nbgrader(command: str, *args: str, root: Path, database: Path) -> subprocess.CompletedProcess:
-    """``nbgrader COMMAND ARGS`` for the course at ``root`` with the gradebook ``database``."""
+def run_nbgrader(command: str, *args: str, root: Path, database: Path, config_dir: Path | None = None) -> subprocess.CompletedProcess:
+    """``nbgrader COMMAND ARGS`` for the course at ``root`` with the gradebook ``database``.
+
+    nbgrader reads ``nbgrader_config.py`` from the folder it runs in: ``config_dir``, or ``root``.
+    """
     full = [
         sys.executable, "-m", "nbgrader", command, *args,
         f"--CourseDirectory.root={root}",
         f"--CourseDirectory.db_url=sqlite:///{database}",
     ]
-    result = subprocess.run(full, cwd=root, capture_output=True, text=True, env=nbgrader_env())
+    result = subprocess.run(full, cwd=config_dir or root, capture_output=True, text=True, env=nbgrader_env())
     if result.returncode != 0:
         raise NbgraderError(f"nbgrader {command} {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
     return result

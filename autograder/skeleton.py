@@ -69,24 +69,29 @@ def defined_names(source: str) -> list[str]:
     return names
 
 
-def make_plan(source_nb: nbformat.NotebookNode, student_nb: nbformat.NotebookNode) -> Plan:
+def collect_answers(source_nb, student_nb) -> tuple[dict[str, list[str]], dict[str | None, list[str]]]:
+    """The student's answers by solution ``grade_id`` (code and written answers), and their
+    extra code cells by the id of the source cell they follow (``None``: before any)."""
     source_ids = {cell.get("id") for cell in source_nb.cells}
     source_grade_ids = {_nbgrader(cell).get("grade_id") for cell in source_nb.cells} - {None}
-    solution_ids = {_nbgrader(cell)["grade_id"] for cell in source_nb.cells if is_solution(cell)}
-
-    answers: dict[str, list[str]] = {}  # solution grade_id -> the student's cells for it, in order
-    extras: dict[str | None, list[str]] = {}  # anchor (source cell id) -> student cells added after it
+    answer_types = {_nbgrader(cell)["grade_id"]: cell.cell_type for cell in source_nb.cells if _nbgrader(cell).get("solution")}
+    answers: dict[str, list[str]] = {}
+    extras: dict[str | None, list[str]] = {}
     anchor = None
     for cell in student_nb.cells:
         grade_id = _nbgrader(cell).get("grade_id")
-        if cell.cell_type == "code" and grade_id in solution_ids:
+        if grade_id in answer_types and cell.cell_type == answer_types[grade_id]:
             answers.setdefault(grade_id, []).append(cell.source)
         elif grade_id in source_grade_ids or cell.get("id") in source_ids:
-            pass  # a locked, test or setup cell: the source's version is used
+            pass  # a locked, test or setup cell (or a retyped answer): the source's version is used
         elif cell.cell_type == "code" and not grade_id:
             extras.setdefault(anchor, []).append(cell.source)
         anchor = _anchor_of(cell, source_nb) or anchor
+    return answers, extras
 
+
+def make_plan(source_nb: nbformat.NotebookNode, student_nb: nbformat.NotebookNode) -> Plan:
+    answers, extras = collect_answers(source_nb, student_nb)
     plan = Plan(context=[], student_cells=list(extras.get(None, [])), items=[], api_names=[])
     for cell in source_nb.cells:
         meta = _nbgrader(cell)
@@ -103,6 +108,21 @@ def make_plan(source_nb: nbformat.NotebookNode, student_nb: nbformat.NotebookNod
             plan.student_cells.append(cell.source)
         plan.student_cells += extras.get(cell.get("id"), [])
     return plan
+
+
+def normalized_notebook(release_nb, student_nb) -> nbformat.NotebookNode:
+    """The released notebook with the student's answers and extra cells in it: what nbgrader
+    records and what feedback shows, whatever the student did to the other cells."""
+    answers, extras = collect_answers(release_nb, student_nb)
+    notebook = nbformat.from_dict(nbformat.v4.new_notebook(metadata=release_nb.metadata))
+    for cell in nbformat.from_dict(release_nb).cells:
+        grade_id = _nbgrader(cell).get("grade_id")
+        if _nbgrader(cell).get("solution") and grade_id in answers:
+            cell.source = "\n\n".join(answers[grade_id])
+        notebook.cells.append(cell)
+        for index, source in enumerate(extras.get(cell.get("id"), [])):
+            notebook.cells.append(nbformat.v4.new_code_cell(source, id=f"{cell.get('id')}-extra-{index}"))
+    return notebook
 
 
 def _anchor_of(student_cell, source_nb) -> str | None:

@@ -1,0 +1,272 @@
+"""Grade a whole class: find the submissions, grade each in parallel, record in nbgrader.
+
+1. **Find** each student's notebook in a folder or an LMS zip (see :func:`find_submissions`).
+2. **Grade** each submission with the trusted harness in a pool of ``jobs`` processes; every
+   student's code runs in its own sandboxed worker with only their files.
+3. **Record**: one ``nbgrader autograde`` run, with :mod:`autograder.nbgrader_plugin` in place
+   of execution, writes every score to ``gradebook.db`` from a single process (no lost
+   writes), and leaves the autograded copies that ``nbgrader generate_feedback`` renders.
+   Items that need a GPU are left for a regrade (no score, flagged for grading).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import multiprocessing
+import shutil
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import nbformat
+
+from . import build, harness, sandbox, skeleton
+from .nbgrader_cli import run_nbgrader, scripts_on_path
+
+
+@dataclass
+class Submission:
+    student: str
+    notebook: Path | None
+    files: list[Path] = field(default_factory=list)  # everything else the student handed in
+    notes: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+@dataclass
+class StudentReport:
+    student: str
+    result: harness.SubmissionResult | None
+    error: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def items(self) -> dict[str, harness.ItemResult]:
+        return {item.grade_id: item for item in self.result.items} if self.result else {}
+
+    @property
+    def score(self) -> float:
+        return self.result.score if self.result else 0.0
+
+
+def find_submissions(path: Path, assignment: str, scratch: Path) -> list[Submission]:
+    """Each student's notebook in ``path``: a folder or a ``.zip`` of either layout:
+
+    * one folder per student (``alice/01_gpu_basics.ipynb``, at any depth below ``alice/``);
+    * flat notebooks named ``alice.ipynb`` or, as LMS downloads are, ``alice_<anything>.ipynb``.
+
+    A student folder without ``ASSIGNMENT.ipynb`` but with exactly one other notebook is graded
+    with a note that it was renamed; none or several is an error for that student only.
+    """
+    path = Path(path)
+    if path.suffix == ".zip":
+        path = _unzip(path, scratch / "unzipped")
+    submissions = []
+    for entry in sorted(path.iterdir()):
+        if entry.name.startswith(".") or entry.name == "__MACOSX":
+            continue
+        if entry.is_dir():
+            submissions.append(_from_folder(entry, assignment))
+        elif entry.suffix == ".ipynb":
+            student = entry.stem.split("_")[0] if "_" in entry.stem else entry.stem
+            submissions.append(Submission(student, entry))
+    return submissions
+
+
+def _from_folder(folder: Path, assignment: str) -> Submission:
+    notebooks = sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    exact = [p for p in notebooks if p.name == f"{assignment}.ipynb"]
+    files = [p for p in folder.rglob("*") if p.is_file() and p.suffix != ".ipynb" and ".ipynb_checkpoints" not in p.parts]
+    if exact:
+        return Submission(folder.name, exact[0], files)
+    if len(notebooks) == 1:
+        note = f"renamed notebook: graded {notebooks[0].name} as {assignment}.ipynb"
+        return Submission(folder.name, notebooks[0], files, notes=[note])
+    found = ", ".join(p.name for p in notebooks) or "no notebook at all"
+    return Submission(folder.name, None, files, error=f"no notebook named {assignment}.ipynb (found: {found})")
+
+
+def _unzip(archive: Path, target: Path) -> Path:
+    with zipfile.ZipFile(archive) as zipped:
+        for member in zipped.namelist():
+            resolved = (target / member).resolve()
+            if not resolved.is_relative_to(target.resolve()):
+                raise ValueError(f"{archive}: refusing the unsafe path {member!r}")
+        zipped.extractall(target)
+    entries = [p for p in target.iterdir() if not p.name.startswith(".") and p.name != "__MACOSX"]
+    return entries[0] if len(entries) == 1 and entries[0].is_dir() and not list(entries[0].glob("*.ipynb")) else target
+
+
+def grade_assignment(
+    assignment: str,
+    submissions: Path,
+    *,
+    course_root: Path = build.REPO_ROOT,
+    jobs: int = 1,
+    limits: sandbox.Limits = sandbox.Limits(),
+    gradebook: bool = True,
+    progress: Callable[[str], None] | None = print,
+) -> dict[str, StudentReport]:
+    """Grade every submission of ``assignment``; return a report per student."""
+    course_root = Path(course_root).resolve()
+    source_path = course_root / "solutions" / assignment / f"{assignment}.ipynb"
+    release_path = course_root / "assignments" / assignment / f"{assignment}.ipynb"
+    with tempfile.TemporaryDirectory(prefix=f"grade-{assignment}-") as scratch_name:
+        scratch = Path(scratch_name)
+        found = find_submissions(Path(submissions), assignment, scratch)
+        private = [course_root / "solutions", course_root / "gradebook.db", course_root / "submitted",
+                   course_root / "autograded", course_root / "feedback", Path(submissions).resolve(), scratch]
+        tasks = {s.student: (s, str(source_path), str(scratch / "work" / s.student), limits, [str(p) for p in private]) for s in found}
+        reports = _run_pool(tasks, jobs, progress)
+        if gradebook:
+            record_in_gradebook(course_root, assignment, found, reports, scratch, release_path)
+    return reports
+
+
+def _run_pool(tasks: dict, jobs: int, progress) -> dict[str, StudentReport]:
+    reports: dict[str, StudentReport] = {}
+    started = time.monotonic()
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no state from the caller
+    with concurrent.futures.ProcessPoolExecutor(max_workers=max(jobs, 1), mp_context=context) as pool:
+        futures = {pool.submit(grade_submission, *task): student for student, task in tasks.items()}
+        for done, future in enumerate(concurrent.futures.as_completed(futures), start=1):
+            student = futures[future]
+            try:
+                report = future.result()
+            except Exception as error:  # noqa: BLE001 - a grader bug must not cost the other students
+                report = StudentReport(student, None, error=f"grader error: {type(error).__name__}: {error}")
+            reports[student] = report
+            if progress:
+                progress(f"[{done}/{len(tasks)}] {student}: {_summary(report)} ({time.monotonic() - started:.0f} s)")
+    return dict(sorted(reports.items()))
+
+
+def _summary(report: StudentReport) -> str:
+    if report.result is None:
+        return report.error
+    total = sum(item.points for item in report.result.items)
+    return f"{report.score:g}/{total:g}"
+
+
+def grade_submission(submission: Submission, source_path: str, workdir: str, limits: sandbox.Limits, private: list[str]) -> StudentReport:
+    """Grade one student (runs in a pool process)."""
+    if submission.error:
+        return StudentReport(submission.student, None, error=submission.error, notes=submission.notes)
+    try:
+        student_nb = nbformat.read(submission.notebook, as_version=4)
+    except Exception as error:  # noqa: BLE001 - malformed JSON, wrong format, unreadable file
+        return StudentReport(submission.student, None, error=f"unreadable notebook {submission.notebook.name}: {error}", notes=submission.notes)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True)
+    for file in submission.files:  # the student's own files, beside their code, never on sys.path first
+        target = workdir / file.relative_to(submission.notebook.parent) if file.is_relative_to(submission.notebook.parent) else workdir / file.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(file, target)
+    plan = skeleton.make_plan(nbformat.read(source_path, as_version=4), student_nb)
+    result = harness.grade(plan, workdir, limits, [Path(p) for p in private])
+    return StudentReport(submission.student, result, notes=submission.notes + result.notes)
+
+
+def record_in_gradebook(course_root: Path, assignment: str, found: list[Submission], reports: dict[str, StudentReport], scratch: Path, release_path: Path) -> None:
+    """Write every verdict into nbgrader's gradebook with one ``nbgrader autograde`` run."""
+    _ensure_released(course_root, assignment)
+    release_nb = nbformat.read(release_path, as_version=4)
+    results_dir, submitted = scratch / "results", scratch / "submitted"
+    results_dir.mkdir()
+    items = [cell.metadata["nbgrader"]["grade_id"] for cell in release_nb.cells if skeleton.is_test(cell)]
+    for submission in found:
+        report = reports[submission.student]
+        (results_dir / f"{submission.student}.json").write_text(json.dumps(_verdicts(report, items)))
+        student_nb = release_nb
+        if report.result is not None:
+            student_nb = skeleton.normalized_notebook(release_nb, nbformat.read(submission.notebook, as_version=4))
+        target = submitted / submission.student / assignment / f"{assignment}.ipynb"
+        target.parent.mkdir(parents=True)
+        nbformat.write(student_nb, target)
+    config = scratch / "nbgrader_config.py"
+    config.write_text(_AUTOGRADE_CONFIG.format(
+        course_config=str(course_root / "nbgrader_config.py"), submitted=str(submitted), results=str(results_dir), release=str(release_path)))
+    run_nbgrader("autograde", assignment, "--force", "--create", "--log-level=ERROR",
+                 root=course_root, database=course_root / "gradebook.db", config_dir=scratch)
+    _flag_gpu_regrades(course_root, assignment, reports)
+    _verify_gradebook(course_root, assignment, reports)
+    for student, report in reports.items():
+        folder = course_root / "autograded" / student / assignment
+        if folder.exists():
+            (folder / "grading.json").write_text(json.dumps(_verdicts(report, items), indent=1))
+
+
+_AUTOGRADE_CONFIG = """
+c = get_config()
+load_subconfig({course_config!r})
+c.CourseDirectory.submitted_directory = {submitted!r}
+c.Autograde.autograde_preprocessors = [
+    "autograder.nbgrader_plugin.ApplyTrustedResults",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.ApplyTrustedResults.results_dir = {results!r}
+c.ApplyTrustedResults.release_notebook = {release!r}
+"""
+
+
+def _verdicts(report: StudentReport, items: list[str]) -> dict:
+    if report.result is None:
+        failed = {"outcome": "unreadable", "message": report.error, "score": 0.0}
+        return {"device": "not run", "device_class": "none", "isolation": "none", "notes": report.notes, "error": report.error,
+                "items": {grade_id: failed for grade_id in items}}
+    data = report.result.to_json()
+    data["items"] = {item["grade_id"]: item for item in data["items"]}
+    data["notes"] = report.notes
+    return data
+
+
+def _ensure_released(course_root: Path, assignment: str) -> None:
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with scripts_on_path(), Gradebook(f"sqlite:///{course_root / 'gradebook.db'}") as gb:
+        try:
+            gb.find_assignment(assignment)
+            return
+        except MissingEntry:
+            pass
+    build.release_assignment(course_root, assignment)
+
+
+def _flag_gpu_regrades(course_root: Path, assignment: str, reports: dict[str, StudentReport]) -> None:
+    """Items a CPU grader could not judge: no score, and flagged so the formgrader lists them."""
+    from nbgrader.api import Gradebook
+
+    with scripts_on_path(), Gradebook(f"sqlite:///{course_root / 'gradebook.db'}") as gb:
+        for student, report in reports.items():
+            pending = [item.grade_id for item in report.items.values() if item.outcome == "needs_gpu"]
+            if not pending:
+                continue
+            notebook = gb.find_submission_notebook(assignment, assignment, student)
+            for grade in notebook.grades:
+                if grade.name in pending:
+                    grade.auto_score = None
+                    grade.needs_manual_grade = True
+            gb.db.commit()
+
+
+def _verify_gradebook(course_root: Path, assignment: str, reports: dict[str, StudentReport]) -> None:
+    """Refuse to finish if the gradebook disagrees with the harness on any autograded item."""
+    from nbgrader.api import Gradebook
+
+    with scripts_on_path(), Gradebook(f"sqlite:///{course_root / 'gradebook.db'}") as gb:
+        for student, report in reports.items():
+            notebook = gb.find_submission_notebook(assignment, assignment, student)
+            for grade in notebook.grades:
+                item = report.items.get(grade.name)
+                expected = None if item and item.outcome == "needs_gpu" else (item.score if item else None)
+                if grade.cell.cell_type == "code" and grade.auto_score != expected and not (expected is None and item is None and grade.auto_score == 0):
+                    raise RuntimeError(f"gradebook has {grade.auto_score} for {student}/{grade.name}, the harness gave {expected}")
