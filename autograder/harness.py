@@ -236,7 +236,13 @@ def grade(plan: Plan, workdir: Path, limits: sandbox.Limits = sandbox.Limits(), 
             if time.monotonic() > notebook_deadline:
                 results.append(ItemResult(item.grade_id, item.points, "timeout", 0.0, "the whole notebook ran past its time limit"))
                 continue
-            results.append(_grade_item(item, plan, namespace, worker, limits, notebook_deadline))
+            result = _grade_item(item, plan, namespace, worker, limits, notebook_deadline)
+            if result.outcome == "failed":
+                # Once more, on new random inputs: a speed item measured during a burst of load
+                # on a shared machine must not cost a correct answer its points.
+                retry = _grade_item(item, plan, namespace, worker, limits, notebook_deadline)
+                result = retry if retry.outcome == "passed" else result
+            results.append(result)
         notes += worker.load_notes
     finally:
         worker.stop()

@@ -128,8 +128,8 @@ def compare_speed(
     rounds: int = 15,
     warmup: int = 2,
     num_threads: int | None = 1,
-    block_seconds: float = 0.01,
-    max_calls_per_block: int = 200,
+    block_seconds: float = 0.02,
+    max_calls_per_block: int = 1000,
 ) -> SpeedResult:
     """Time ``baseline`` against ``candidate`` on fresh inputs, interleaved, and return the ratio.
 
@@ -145,17 +145,13 @@ def compare_speed(
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
     with fixed_threads(num_threads):
-        one_call = {}  # fastest warm-up call of each: sizes the blocks, never counted
         for name, fn in (("baseline", baseline), ("candidate", candidate)):
-            for _ in range(max(warmup, 1)):
-                args = make_inputs()
-                start = _clock()
-                fn(*args)
-                one_call[name] = min(one_call.get(name, math.inf), _clock() - start)
-        calls = {
-            name: max(1, min(max_calls_per_block, math.ceil(block_seconds / max(seconds, 1e-9))))
-            for name, seconds in one_call.items()
-        }
+            for _ in range(warmup):
+                fn(*make_inputs())
+        # Blocks grow until one lasts block_seconds, so a fixed cost per block (a clock read,
+        # or the round trip to another process) is small against the calls it times.
+        calls = {"baseline": _calls_per_block(baseline, make_inputs, block_seconds, max_calls_per_block),
+                 "candidate": _calls_per_block(candidate, make_inputs, block_seconds, max_calls_per_block)}
         per_call = {"baseline": [], "candidate": []}
         for round_index in range(rounds):
             order = (("baseline", baseline), ("candidate", candidate))
@@ -183,6 +179,16 @@ def compare_speed(
         device=measured_on,
         num_threads=num_threads,
     )
+
+
+def _calls_per_block(fn: Callable, make_inputs: Callable, block_seconds: float, max_calls: int) -> int:
+    calls = 1
+    while calls < max_calls:
+        seconds, _ = _timed_block(fn, [make_inputs() for _ in range(calls)])
+        if seconds >= block_seconds:
+            break
+        calls = min(max_calls, calls * 2 if seconds <= 0 else max(calls * 2, math.ceil(calls * 1.2 * block_seconds / seconds)))
+    return calls
 
 
 def _timed_block(fn: Callable, inputs: list[Sequence]) -> tuple[float, list]:

@@ -1,0 +1,104 @@
+"""The instructor's command line: ``python -m autograder COMMAND`` (or ``autograder COMMAND``).
+
+    autograder release [ASSIGNMENT]            build assignments/ from solutions/, register in the gradebook
+    autograder grade ASSIGNMENT SUBMISSIONS    grade a folder or an LMS .zip, in parallel (--jobs N)
+    autograder feedback ASSIGNMENT             HTML feedback per student (visible tests only)
+    autograder export [--to grades.csv]        grades for your LMS
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import build
+from .nbgrader_cli import NbgraderError, run_nbgrader
+from .sandbox import Limits
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="autograder", description=__doc__.splitlines()[0])
+    parser.add_argument("--course", type=Path, default=build.REPO_ROOT, help="course root (default: this repository)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    release = commands.add_parser("release", help="build assignments/ from solutions/ and record them in the gradebook")
+    release.add_argument("assignment", nargs="?", help="one assignment (default: all)")
+
+    grade = commands.add_parser("grade", help="grade every submission of an assignment")
+    grade.add_argument("assignment")
+    grade.add_argument("submissions", type=Path, help="folder (one sub-folder or notebook per student) or .zip")
+    grade.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
+    grade.add_argument("--item-seconds", type=float, default=Limits.item_seconds, help="time limit per graded item")
+    grade.add_argument("--cell-seconds", type=float, default=Limits.cell_seconds, help="time limit per student cell")
+    grade.add_argument("--memory-gb", type=float, default=Limits.memory_bytes / 1024**3, help="address-space limit per student")
+    grade.add_argument("--no-gradebook", action="store_true", help="only print the results; leave gradebook.db alone")
+
+    feedback = commands.add_parser("feedback", help="write feedback/<student>/<assignment>/*.html")
+    feedback.add_argument("assignment")
+
+    export = commands.add_parser("export", help="export the gradebook as CSV")
+    export.add_argument("--to", default="grades.csv", help="output file (default grades.csv)")
+
+    args = parser.parse_args(argv)
+    course = args.course.resolve()
+    try:
+        if args.command == "release":
+            return _release(course, args.assignment)
+        if args.command == "grade":
+            return _grade(course, args)
+        if args.command == "feedback":
+            run_nbgrader("generate_feedback", args.assignment, "--force", root=course, database=course / "gradebook.db")
+            print(f"feedback written to {course / 'feedback'}/<student>/{args.assignment}/")
+            return 0
+        run_nbgrader("export", f"--CsvExportPlugin.to={args.to}", root=course, database=course / "gradebook.db")
+        print(f"grades exported to {Path(args.to) if Path(args.to).is_absolute() else course / args.to}")
+        return 0
+    except (NbgraderError, build.BuildError, FileNotFoundError, ValueError) as error:
+        print(f"autograder {args.command}: {error}", file=sys.stderr)
+        return 1
+
+
+def _release(course: Path, assignment: str | None) -> int:
+    changed = build.build_notebooks(course)
+    changed += build.release_assignment(course, assignment) if assignment else build.release_assignments(course)
+    for path in changed:
+        print(f"updated {path.relative_to(course)}")
+    print(f"release: {len(changed)} file(s) updated; assignments recorded in {course / 'gradebook.db'}")
+    return 0
+
+
+def _grade(course: Path, args) -> int:
+    from .grading import grade_assignment
+
+    if not (course / "solutions" / args.assignment).is_dir():
+        raise FileNotFoundError(f"no assignment {args.assignment!r} in {course / 'solutions'}")
+    if not args.submissions.exists():
+        raise FileNotFoundError(f"no submissions at {args.submissions}")
+    limits = Limits(item_seconds=args.item_seconds, cell_seconds=args.cell_seconds, memory_bytes=int(args.memory_gb * 1024**3))
+    reports = grade_assignment(args.assignment, args.submissions, course_root=course, jobs=args.jobs, limits=limits, gradebook=not args.no_gradebook)
+    print()
+    print(summary_table(reports))
+    return 0
+
+
+def summary_table(reports) -> str:
+    """One line per student: score, items that crashed or timed out, device, notes."""
+    rows = [("student", "score", "crashed / timed out", "needs GPU", "graded on", "notes")]
+    for student, report in reports.items():
+        if report.result is None:
+            rows.append((student, "0", "-", "-", "-", report.error))
+            continue
+        total = sum(item.points for item in report.result.items)
+        broken = [f"{i.grade_id} ({i.outcome})" for i in report.result.items if i.outcome in ("crashed", "timeout")]
+        gpu = [i.grade_id for i in report.result.items if i.outcome == "needs_gpu"]
+        rows.append((student, f"{report.score:g}/{total:g}", ", ".join(broken) or "-", ", ".join(gpu) or "-",
+                     report.result.device_class, "; ".join(report.notes)[:120] or "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
