@@ -4,7 +4,7 @@ import nbformat
 import pytest
 
 from autograder.build import REPO_ROOT, assignment_sources
-from autograder.grade import autograde
+from autograder.plain_nbgrader import autograde
 
 ASSIGNMENTS = [source.parent.name for source in assignment_sources(REPO_ROOT)]
 

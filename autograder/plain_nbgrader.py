@@ -1,6 +1,6 @@
-"""Grade notebooks with nbgrader in a scratch course folder, and read back per-item scores.
+"""Grade notebooks with plain nbgrader (executing them, unsandboxed) in a scratch course folder.
 
-This is the plain nbgrader round trip (release → submit → autograde) that the tests and
+It proves the notebooks work with nbgrader alone (release → submit → autograde): the tests and
 ``scripts/gpu_check.sh`` use to prove that the reference solution earns full marks and
 an untouched release earns none.
 """
