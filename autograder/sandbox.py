@@ -113,7 +113,7 @@ def start_worker(workdir: Path, limits: Limits, hidden_paths: list[Path] = ()) -
         command, isolation = _namespaced(command, workdir, limits, hidden_paths), "namespaces"
         preexec = None
     else:
-        isolation, preexec = "reduced", functools.partial(_apply_rlimits, limits)
+        isolation, preexec = "reduced", functools.partial(_apply_rlimits, limits, _address_space_limit(limits))
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
             command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -124,8 +124,16 @@ def start_worker(workdir: Path, limits: Limits, hidden_paths: list[Path] = ()) -
     return WorkerProcess(process, to_worker, from_worker, isolation, log_path)
 
 
-def _apply_rlimits(limits: Limits) -> None:
-    for name, value in (("RLIMIT_AS", limits.memory_bytes), ("RLIMIT_FSIZE", limits.file_bytes), ("RLIMIT_CORE", 0)):
+def _address_space_limit(limits: Limits) -> int | None:
+    """CUDA reserves far more virtual memory than it uses: no address-space cap on GPU graders."""
+    import torch
+
+    return None if torch.cuda.is_available() else limits.memory_bytes
+
+
+def _apply_rlimits(limits: Limits, address_space: int | None) -> None:
+    caps = [("RLIMIT_FSIZE", limits.file_bytes), ("RLIMIT_CORE", 0)] + ([("RLIMIT_AS", address_space)] if address_space else [])
+    for name, value in caps:
         resource.setrlimit(getattr(resource, name), (value, value))
     if os.geteuid() != 0:  # root ignores RLIMIT_NPROC; setting it would only confuse
         resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
@@ -140,8 +148,9 @@ def _namespaced(command: list[str], workdir: Path, limits: Limits, hidden_paths)
     script += _reachable_interpreter_mounts(staging)
     for path in hidden_paths:
         script += _hide(Path(path).resolve(), keep=workdir, staging=staging)
+    address_space = _address_space_limit(limits)
     limited = [
-        "prlimit", f"--as={limits.memory_bytes}", f"--nproc={limits.processes}",
+        "prlimit", *([f"--as={address_space}"] if address_space else []), f"--nproc={limits.processes}",
         f"--fsize={limits.file_bytes}", "--core=0", "--",
         "setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--no-new-privs", "--",
         *command,

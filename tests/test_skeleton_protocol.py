@@ -1,0 +1,85 @@
+"""Unit tests: rebuilding a submission from the source, and the worker→harness encoding."""
+
+import io
+import os
+import pickle
+
+import nbformat
+import pytest
+import torch
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from autograder import protocol, skeleton
+
+
+def _cell(source, grade_id=None, cell_id=None, **nbgrader):
+    cell = new_code_cell(source, id=cell_id or grade_id or "c")
+    if grade_id:
+        cell.metadata["nbgrader"] = {"grade_id": grade_id, **nbgrader}
+    return cell
+
+
+@pytest.fixture
+def source():
+    return new_notebook(cells=[
+        _cell("import math", "imports", locked=True),
+        _cell("def f(x):\n    return 2 * x", "answer", solution=True),
+        _cell("assert f(2) == 4\n### BEGIN HIDDEN TESTS\nassert f(3) == 6\n### END HIDDEN TESTS", "test_f", grade=True, points=3),
+    ])
+
+
+def test_plan_takes_tests_from_the_source_and_answers_from_the_student(source):
+    student = new_notebook(cells=[
+        _cell("import os  # edited locked cell", "imports", locked=True),
+        _cell("def f(x):\n    return x + x", "answer", solution=True),
+        _cell("HELPER = 1", cell_id="mine"),
+        new_markdown_cell("assert True", id="test_f", metadata={"nbgrader": {"grade_id": "test_f", "grade": True}}),
+    ])
+    plan = skeleton.make_plan(source, student)
+    assert [item.grade_id for item in plan.items] == ["test_f"]
+    assert "BEGIN HIDDEN TESTS" in plan.items[0].source and plan.items[0].points == 3
+    assert plan.context == ["import math"]
+    assert plan.student_cells == ["import math", "def f(x):\n    return x + x", "HELPER = 1"]
+    assert plan.api_names == ["f"]
+
+
+def test_split_answer_cells_are_kept_in_order_and_missing_answers_noted(source):
+    student = new_notebook(cells=[_cell("def g():\n    pass", "answer", "a1", solution=True), _cell("f = g", "answer", "a2", solution=True)])
+    assert skeleton.make_plan(source, student).student_cells[1:] == ["def g():\n    pass", "f = g"]
+    empty = skeleton.make_plan(source, new_notebook(cells=[]))
+    assert empty.notes == ["answer cell 'answer' is missing from the submission"]
+
+
+def test_normalized_notebook_has_the_release_cells_with_the_students_answers(source):
+    student = new_notebook(cells=[_cell("def f(x):\n    return 0", "answer", solution=True), _cell("x = 1", cell_id="extra")])
+    normalized = skeleton.normalized_notebook(source, student)
+    assert [cell.get("id") for cell in normalized.cells] == ["imports", "answer", "answer-extra-0", "test_f"]
+    assert normalized.cells[1].source == "def f(x):\n    return 0"
+    assert normalized.cells[3].source == source.cells[2].source
+
+
+def test_replies_round_trip_plain_data():
+    reply = ("return", {"x": torch.ones(2), "n": 3, "s": "ok", "t": (1.5, None), "d": torch.float64})
+    decoded = protocol.decode_from_worker(protocol.encode_for_harness(reply))
+    assert decoded[0] == "return" and torch.equal(decoded[1]["x"], torch.ones(2)) and decoded[1]["t"] == (1.5, None)
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_replies_that_would_run_code_are_refused():
+    buffer = io.BytesIO()
+    torch.save(("return", _Exploit()), buffer, pickle_module=pickle)
+    with pytest.raises(ValueError, match="not plain data"):
+        protocol.decode_from_worker(buffer.getvalue())
+
+
+def test_frames_survive_a_pipe():
+    read_end, write_end = os.pipe()
+    protocol.write_frame(write_end, b"hello")
+    os.close(write_end)
+    assert protocol.read_frame(read_end) == b"hello"
+    with pytest.raises(protocol.ChannelClosed):
+        protocol.read_frame(read_end)
