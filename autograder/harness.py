@@ -17,7 +17,6 @@ import builtins
 import contextlib
 import io
 import itertools
-import select
 import shutil
 import time
 import types
@@ -131,11 +130,11 @@ class StudentWorker:
             raise WorkerCrashed(f"{description} ({error})" if isinstance(error, ValueError) else description) from None
 
     def _receive(self, deadline: float):
-        remaining = deadline - time.monotonic()
-        ready, _, _ = select.select([self.process.from_worker], [], [], max(remaining, 0))
-        if not ready:
-            raise WorkerTimeout()
-        return protocol.decode_from_worker(protocol.read_frame(self.process.from_worker))
+        try:
+            frame = protocol.read_frame(self.process.from_worker, deadline)
+        except protocol.FrameTimeout:
+            raise WorkerTimeout() from None
+        return protocol.decode_from_worker(frame)
 
     def _serve_callback(self, reply) -> None:
         _, callback_id, args, kwargs = reply
@@ -173,15 +172,57 @@ class StudentFunction:
         return _result(self.name, reply)
 
     def timed_block(self, calls):
-        """Run ``self(*args)`` for each args in ``calls``; the harness's clock times only the calls."""
+        """Run ``self(*args)`` for each args in ``calls`` and return (seconds, outputs).
+
+        The inputs are sent first, untimed. The harness's clock runs from "go" until the
+        worker answers "done" with a digest of its outputs under random weights chosen now;
+        the outputs, fetched afterwards, must match it. So reporting "done" before the work
+        is finished cannot pay. Baselines run the same way in a reference worker.
+        """
         self.worker.ensure_started()
         _result(self.name, self.worker.request(("load_block", self.name, [self.worker.marshal(a) for a in calls]), self.item_deadline()))
+        weights = torch.rand(4099, dtype=torch.float64) + 0.5  # odd length: no alignment with output shapes
         devices.synchronize()
         start = time.perf_counter()
-        _result(self.name, self.worker.request(("run_block",), self.item_deadline()))
+        reply = self.worker.request(("run_block", weights), self.item_deadline())
         seconds = time.perf_counter() - start
+        digests = _result(self.name, reply)
         outputs = _result(self.name, self.worker.request(("fetch_block",), self.item_deadline()))
+        _check_digests(self.name, outputs, digests, weights)
         return seconds, outputs
+
+
+class ReferenceFunction:
+    """A function from the source's setup cells (a baseline, a reference answer).
+
+    Called directly it runs here, in the trusted process. Timed (``timed_block``) it runs in
+    a reference worker, a process with only the source's code, exactly as the student's
+    function runs in theirs: same transfers, same clock, so a speed ratio compares like
+    with like.
+    """
+
+    def __init__(self, local, reference: StudentWorker, name: str, item_deadline):
+        self.local, self.remote = local, StudentFunction(reference, name, item_deadline)
+        self.__name__ = name
+
+    def __call__(self, *args, **kwargs):
+        return self.local(*args, **kwargs)
+
+    def timed_block(self, calls):
+        return self.remote.timed_block(calls)
+
+
+def _check_digests(name: str, outputs, digests, weights) -> None:
+    from .worker import output_digest
+
+    if not isinstance(digests, list) or len(digests) != len(outputs):
+        raise StudentError(f"{name}: the timed run did not report its outputs")
+    for output, digest in zip(outputs, digests):
+        expected = output_digest(output, weights)
+        if expected is None:
+            continue
+        if not isinstance(digest, float) or abs(digest - expected) > 1e-6 * (abs(expected) + 1.0):
+            raise AssertionError(f"{name}: the outputs returned after timing are not those the timed run produced")
 
 
 def _result(name: str, reply):
@@ -199,6 +240,14 @@ def _result(name: str, reply):
 def _rebuild(value):
     """Objects the worker flattened into dicts become attribute namespaces again."""
     if isinstance(value, dict):
+        if "__tensor__" in value:
+            return protocol.unpack_tensor(value)
+        if "__dtype__" in value:
+            return _dtype(value["__dtype__"])
+        if "__device__" in value:
+            return torch.device(value["__device__"])
+        if "__complex__" in value:
+            return complex(*value["__complex__"])
         if "__object__" in value and "attributes" in value:
             return types.SimpleNamespace(**{k: _rebuild(v) for k, v in value["attributes"].items()})
         return {key: _rebuild(item) for key, item in value.items()}
@@ -207,6 +256,13 @@ def _rebuild(value):
     if isinstance(value, tuple):
         return tuple(_rebuild(item) for item in value)
     return value
+
+
+def _dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}")
+    return dtype
 
 
 def _importable(fn) -> bool:
@@ -229,6 +285,9 @@ def grade(plan: Plan, workdir: Path, limits: sandbox.Limits = sandbox.Limits(), 
     started = time.monotonic()
     notebook_deadline = started + limits.notebook_seconds
     worker = StudentWorker(plan.student_cells, workdir, limits, list(hidden_paths))
+    reference_dir = workdir.parent / f"{workdir.name}.reference"
+    reference_dir.mkdir(exist_ok=True)
+    reference = StudentWorker(plan.context, reference_dir, limits, list(hidden_paths))
     results, notes = [], list(plan.notes)
     try:
         namespace = _trusted_namespace(plan, notes)
@@ -236,16 +295,17 @@ def grade(plan: Plan, workdir: Path, limits: sandbox.Limits = sandbox.Limits(), 
             if time.monotonic() > notebook_deadline:
                 results.append(ItemResult(item.grade_id, item.points, "timeout", 0.0, "the whole notebook ran past its time limit"))
                 continue
-            result = _grade_item(item, plan, namespace, worker, limits, notebook_deadline)
+            result = _grade_item(item, plan, namespace, worker, reference, limits, notebook_deadline)
             if result.outcome == "failed":
                 # Once more, on new random inputs: a speed item measured during a burst of load
                 # on a shared machine must not cost a correct answer its points.
-                retry = _grade_item(item, plan, namespace, worker, limits, notebook_deadline)
+                retry = _grade_item(item, plan, namespace, worker, reference, limits, notebook_deadline)
                 result = retry if retry.outcome == "passed" else result
             results.append(result)
         notes += worker.load_notes
     finally:
         worker.stop()
+        reference.stop()
     return SubmissionResult(
         items=results, device=devices.describe(), device_class=devices.device_class(),
         isolation=worker.isolation, notes=notes, seconds=time.monotonic() - started,
@@ -263,21 +323,26 @@ def _trusted_namespace(plan: Plan, notes: list[str]) -> dict:
     return namespace
 
 
-def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, limits: sandbox.Limits, notebook_deadline: float) -> ItemResult:
+def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, reference: StudentWorker,
+                limits: sandbox.Limits, notebook_deadline: float) -> ItemResult:
     if item.requires_gpu and devices.device_class() != "cuda":
         return ItemResult(item.grade_id, item.points, "needs_gpu", 0.0, "needs a GPU: regrade this item on a CUDA machine")
     started = time.monotonic()
     deadline = min(started + limits.item_seconds, notebook_deadline)
     namespace = dict(base)
+    remaining = lambda: max(deadline - time.monotonic(), 0.1)  # noqa: E731
+    for name in plan.reference_functions:
+        if callable(base.get(name)):
+            namespace[name] = ReferenceFunction(base[name], reference, name, remaining)
     output = io.StringIO()
     try:
         worker.ensure_started()
-        kinds = _result("names", worker.request(("names", plan.api_names), max(deadline - time.monotonic(), 0.1)))
+        kinds = _result("names", worker.request(("names", plan.api_names), remaining()))
         for name, kind in kinds.items():
             if kind == "callable":
-                namespace[name] = StudentFunction(worker, name, lambda: max(deadline - time.monotonic(), 0.1))
+                namespace[name] = StudentFunction(worker, name, remaining)
             elif kind == "value":
-                namespace[name] = _result(name, worker.request(("value", name), max(deadline - time.monotonic(), 0.1)))
+                namespace[name] = _result(name, worker.request(("value", name), remaining()))
         with contextlib.redirect_stdout(output):
             exec(compile(item.source, f"<test {item.grade_id}>", "exec"), namespace)  # noqa: S102 - instructor's test
         outcome, score, message = "passed", item.points, ""

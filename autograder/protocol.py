@@ -4,9 +4,11 @@ Each message is a length-prefixed frame on a pipe. The two directions are encode
 differently on purpose:
 
 * harness → worker: ``pickle`` (the worker is the untrusted side; nothing to protect there);
-* worker → harness: ``torch.save``, read back with ``torch.load(weights_only=True)``, which
-  rebuilds tensors, numbers, strings and containers but never runs code. Whatever the
-  student's code does inside the worker, its replies cannot execute anything in the harness.
+* worker → harness: plain data only (numbers, strings, bytes, lists, tuples, dicts; tensors
+  travel as raw bytes, see :func:`pack_tensor`), read back by an unpickler that refuses to
+  look up any class or function, so it can only build those types and never runs code.
+  Whatever the student's code does inside the worker, its replies cannot execute anything
+  in the harness.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import select
 import struct
+import time
 
 import torch
 
@@ -40,16 +44,25 @@ def write_frame(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def read_frame(fd: int) -> bytes:
-    size = _HEADER.unpack(_read_exactly(fd, _HEADER.size))[0]
+class FrameTimeout(TimeoutError):
+    """No complete frame arrived before the deadline."""
+
+
+def read_frame(fd: int, deadline: float | None = None) -> bytes:
+    """One frame; with a ``time.monotonic()`` deadline, a sender that stalls mid-frame cannot hang the reader."""
+    size = _HEADER.unpack(_read_exactly(fd, _HEADER.size, deadline))[0]
     if size > MAX_FRAME:
         raise ChannelClosed(f"frame of {size} bytes is too large")
-    return _read_exactly(fd, size)
+    return _read_exactly(fd, size, deadline)
 
 
-def _read_exactly(fd: int, size: int) -> bytes:
+def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes:
     chunks, remaining = [], size
     while remaining:
+        if deadline is not None:
+            ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
+            if not ready:
+                raise FrameTimeout()
         chunk = os.read(fd, min(remaining, 1 << 20))
         if not chunk:
             raise ChannelClosed("the worker closed its pipe")
@@ -67,14 +80,38 @@ def decode_from_harness(data: bytes):
 
 
 def encode_for_harness(message) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(message, buffer)
-    return buffer.getvalue()
+    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class _PlainDataUnpickler(pickle.Unpickler):
+    """Builds only pickle's native types: every class or function lookup is refused."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"refused to load {module}.{name}")
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError("refused a persistent id")
 
 
 def decode_from_worker(data: bytes):
     """Rebuild a worker's reply without running any code it may contain."""
     try:
-        return torch.load(io.BytesIO(data), weights_only=True, map_location=None)
+        return _PlainDataUnpickler(io.BytesIO(data)).load()
     except Exception as error:  # noqa: BLE001 - anything malformed is the worker's fault
         raise ValueError(f"the worker sent something that is not plain data: {error}") from None
+
+
+def pack_tensor(tensor: torch.Tensor) -> dict:
+    """A tensor as raw bytes: far cheaper to send than ``torch.save``'s one archive entry per tensor."""
+    flat = tensor.detach().contiguous().reshape(-1)
+    return {"__tensor__": str(flat.dtype).removeprefix("torch."), "shape": tuple(tensor.shape),
+            "device": tensor.device.type, "data": flat.cpu().view(torch.uint8).numpy().tobytes()}
+
+
+def unpack_tensor(packed: dict) -> torch.Tensor:
+    dtype = getattr(torch, packed["__tensor__"], None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown tensor dtype {packed['__tensor__']!r}")
+    raw = torch.frombuffer(bytearray(packed["data"]), dtype=torch.uint8) if packed["data"] else torch.empty(0, dtype=torch.uint8)
+    tensor = raw.view(dtype).reshape(packed["shape"])
+    return tensor.to(packed["device"]) if packed["device"] != "cpu" else tensor

@@ -39,6 +39,11 @@ class Plan:
     api_names: list[str]  # names the solution cells define: the student's graded functions
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def reference_functions(self) -> list[str]:
+        """Functions the source's setup cells define (baselines, references)."""
+        return [name for source in self.context for name in defined_functions(source)]
+
 
 def _nbgrader(cell) -> dict:
     return cell.get("metadata", {}).get("nbgrader", {})
@@ -88,6 +93,15 @@ def collect_answers(source_nb, student_nb) -> tuple[dict[str, list[str]], dict[s
             extras.setdefault(anchor, []).append(cell.source)
         anchor = _anchor_of(cell, source_nb) or anchor
     return answers, extras
+
+
+def defined_functions(source: str) -> list[str]:
+    """Top-level functions a cell defines."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
 def make_plan(source_nb: nbformat.NotebookNode, student_nb: nbformat.NotebookNode) -> Plan:

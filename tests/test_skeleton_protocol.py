@@ -1,6 +1,5 @@
 """Unit tests: rebuilding a submission from the source, and the worker→harness encoding."""
 
-import io
 import os
 import pickle
 
@@ -10,6 +9,8 @@ import torch
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from autograder import protocol, skeleton
+from autograder.harness import _rebuild
+from autograder.worker import to_plain
 
 
 def _cell(source, grade_id=None, cell_id=None, **nbgrader):
@@ -59,9 +60,24 @@ def test_normalized_notebook_has_the_release_cells_with_the_students_answers(sou
 
 
 def test_replies_round_trip_plain_data():
-    reply = ("return", {"x": torch.ones(2), "n": 3, "s": "ok", "t": (1.5, None), "d": torch.float64})
-    decoded = protocol.decode_from_worker(protocol.encode_for_harness(reply))
-    assert decoded[0] == "return" and torch.equal(decoded[1]["x"], torch.ones(2)) and decoded[1]["t"] == (1.5, None)
+    class Sneaky(float):
+        def __lt__(self, other):
+            return True
+
+    value = {"x": torch.arange(6.0).reshape(2, 3).T, "n": 3, "s": "ok", "t": (1.5, None), "d": torch.float64, "f": Sneaky(2.0)}
+    reply = ("return", to_plain(value))
+    decoded = _rebuild(protocol.decode_from_worker(protocol.encode_for_harness(reply))[1])
+    assert torch.equal(decoded["x"], torch.arange(6.0).reshape(2, 3).T) and decoded["x"].shape == (3, 2)
+    assert decoded["t"] == (1.5, None) and decoded["d"] is torch.float64 and decoded["n"] == 3
+    assert type(decoded["f"]) is float and not decoded["f"] < 1.0
+
+
+def test_tensor_subclasses_are_refused():
+    class Lazy(torch.Tensor):
+        pass
+
+    with pytest.raises(TypeError, match="tensor subclass"):
+        to_plain(torch.ones(2).as_subclass(Lazy))
 
 
 class _Exploit:
@@ -70,10 +86,8 @@ class _Exploit:
 
 
 def test_replies_that_would_run_code_are_refused():
-    buffer = io.BytesIO()
-    torch.save(("return", _Exploit()), buffer, pickle_module=pickle)
     with pytest.raises(ValueError, match="not plain data"):
-        protocol.decode_from_worker(buffer.getvalue())
+        protocol.decode_from_worker(pickle.dumps(("return", _Exploit())))
 
 
 def test_frames_survive_a_pipe():
