@@ -71,16 +71,32 @@ def find_submissions(path: Path, assignment: str, scratch: Path) -> list[Submiss
             continue
         if entry.is_dir():
             submissions.append(_from_folder(entry, assignment))
-        elif entry.suffix == ".ipynb":
-            student = entry.stem.split("_")[0] if "_" in entry.stem else entry.stem
-            submissions.append(Submission(student, entry))
+        elif entry.suffix == ".ipynb" and not entry.is_symlink():
+            submissions.append(Submission(entry.stem.split("_")[0], entry))
+    return _unique_students(submissions)
+
+
+def _unique_students(submissions: list[Submission]) -> list[Submission]:
+    """Flat LMS names give the student before the first "_"; where two share it, keep whole names."""
+    counts: dict[str, int] = {}
+    for submission in submissions:
+        counts[submission.student] = counts.get(submission.student, 0) + 1
+    for submission in submissions:
+        if counts[submission.student] > 1 and submission.notebook is not None and submission.notebook.parent.name != submission.student:
+            submission.student = submission.notebook.stem
+    seen: set[str] = set()
+    for submission in submissions:
+        if submission.student in seen:
+            submission.error = f"two submissions for {submission.student}; graded neither: rename one"
+            submission.student = f"{submission.student}__{len(seen)}"
+        seen.add(submission.student)
     return submissions
 
 
 def _from_folder(folder: Path, assignment: str) -> Submission:
     notebooks = sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
     exact = [p for p in notebooks if p.name == f"{assignment}.ipynb"]
-    files = [p for p in folder.rglob("*") if p.is_file() and p.suffix != ".ipynb" and ".ipynb_checkpoints" not in p.parts]
+    files = [p for p in folder.rglob("*") if _handed_in_file(p, folder)]
     if exact:
         return Submission(folder.name, exact[0], files)
     if len(notebooks) == 1:
@@ -88,6 +104,15 @@ def _from_folder(folder: Path, assignment: str) -> Submission:
         return Submission(folder.name, notebooks[0], files, notes=[note])
     found = ", ".join(p.name for p in notebooks) or "no notebook at all"
     return Submission(folder.name, None, files, error=f"no notebook named {assignment}.ipynb (found: {found})")
+
+
+def _handed_in_file(path: Path, folder: Path) -> bool:
+    """A regular file of the student's own, not a notebook; links are never followed (one
+    could point at solutions/ and be copied by the grader, which can read it)."""
+    relative = path.relative_to(folder)
+    if any((folder / Path(*relative.parts[: i + 1])).is_symlink() for i in range(len(relative.parts))):
+        return False
+    return path.is_file() and path.suffix != ".ipynb" and ".ipynb_checkpoints" not in path.parts
 
 
 def _unzip(archive: Path, target: Path) -> Path:
@@ -118,8 +143,10 @@ def grade_assignment(
     with tempfile.TemporaryDirectory(prefix=f"grade-{assignment}-") as scratch_name:
         scratch = Path(scratch_name)
         found = find_submissions(Path(submissions), assignment, scratch)
-        private = [course_root / "solutions", course_root / "gradebook.db", course_root / "submitted",
-                   course_root / "autograded", course_root / "feedback", Path(submissions).resolve(), scratch]
+        private = [root / name for root in dict.fromkeys([course_root, build.REPO_ROOT])
+                   for name in ("solutions", "gradebook.db", "submitted", "autograded", "feedback", ".git")]
+        # Last, the shared scratch folders (the worker keeps only its own folder in there).
+        private += [Path(submissions).resolve(), scratch, Path("/dev/shm"), Path("/var/tmp"), Path(tempfile.gettempdir())]
         tasks = {s.student: (s, str(source_path), str(scratch / "work" / s.student), limits, [str(p) for p in private]) for s in found}
         reports = _run_pool(tasks, jobs, progress)
         if gradebook:

@@ -90,7 +90,6 @@ class StudentWorker:
         while self.process is None:
             self.process = sandbox.start_worker(self.workdir, self.limits, self.hidden_paths)
             self.isolation = self.process.isolation
-            self.load_notes = []
             for index, source in enumerate(self.cells):
                 if index in self.skipped:
                     continue
@@ -99,11 +98,15 @@ class StudentWorker:
                 except (WorkerTimeout, WorkerCrashed) as failure:
                     # Skip this cell from now on; what depends on it will fail on its own.
                     self.skipped.add(index)
-                    self.load_notes.append(f"your code cell {index + 1} {_failure_text(failure)}; it was skipped")
+                    self._note(f"your code cell {index + 1} {_failure_text(failure)}; it was skipped")
                     self.stop()
                     break
                 if reply[0] == "raise":
-                    self.load_notes.append(f"your code cell {index + 1} raised {reply[1]}: {_first_line(reply[2])}")
+                    self._note(f"your code cell {index + 1} raised {_first_line(reply[2])}")
+
+    def _note(self, note: str) -> None:
+        if note not in self.load_notes:  # a restart runs the same cells again
+            self.load_notes.append(note)
 
     def stop(self) -> None:
         if self.process is not None:
@@ -125,9 +128,19 @@ class StudentWorker:
             self.stop()
             raise
         except (protocol.ChannelClosed, BrokenPipeError, OSError, ValueError) as error:
-            description = self.process.exit_description() if self.process else "stopped"
+            description = self._exit_description()
             self.stop()
             raise WorkerCrashed(f"{description} ({error})" if isinstance(error, ValueError) else description) from None
+
+    def _exit_description(self) -> str:
+        """How the worker ended, once it has (its pipe can close a moment before it is reaped)."""
+        if self.process is None:
+            return "stopped"
+        try:
+            self.process.process.wait(timeout=2)
+        except Exception:  # noqa: BLE001 - still running: describe it as it is
+            pass
+        return self.process.exit_description()
 
     def _receive(self, deadline: float):
         try:

@@ -21,9 +21,9 @@ import pwd
 import resource
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,8 +52,19 @@ class WorkerProcess:
     log_path: Path
 
     def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
+        """Kill the worker and everything it started.
+
+        Killing ``unshare`` alone is not enough: its child changed user, which clears the
+        parent-death signal. The child is the PID namespace's init, and when that dies the
+        kernel kills every process in the namespace (a fork bomb's too); the process group
+        catches the rest, and the reduced mode's children.
+        """
+        for pid in _children(self.process.pid):
+            _signal(pid, signal.SIGKILL)
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -72,6 +83,21 @@ class WorkerProcess:
             signal_number = -code if code < 0 else code - 128
             return f"killed by signal {signal_number}" + (" (out of memory?)" if signal_number == 9 else "")
         return f"exited with status {code}"
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(child) for child in handle.read().split()]
+    except OSError:
+        return []
+
+
+def _signal(pid: int, signal_number: int) -> None:
+    try:
+        os.kill(pid, signal_number)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 @functools.lru_cache(maxsize=1)
@@ -143,8 +169,9 @@ def _namespaced(command: list[str], workdir: Path, limits: Limits, hidden_paths)
     """Wrap ``command`` in unshare + mounts + prlimit + setpriv, as a shell script."""
     user = pwd.getpwnam(UNPRIVILEGED_USER)
     os.chown(workdir, user.pw_uid, user.pw_gid)
-    staging = Path(tempfile.mkdtemp(prefix="gpucourse-mnt-"))
-    script = ["set -e", "mount --make-rprivate /"]
+    # Bind mounts are parked on a private tmpfs at /mnt, which nothing below hides.
+    staging = Path("/mnt")
+    script = ["set -e", "mount --make-rprivate /", "mount -t tmpfs -o size=1m,mode=0755 tmpfs /mnt"]
     script += _reachable_interpreter_mounts(staging)
     for path in hidden_paths:
         script += _hide(Path(path).resolve(), keep=workdir, staging=staging)
@@ -167,12 +194,12 @@ def _hide(path: Path, *, keep: Path, staging: Path) -> list[str]:
         return [f"mount --bind /dev/null {shlex.quote(str(path))}"]
     lines = []
     kept = keep.is_relative_to(path)
+    saved = staging / f"kept-{abs(hash(path))}"
     if kept:
-        saved = staging / "kept"
         lines += [f"mkdir -p {shlex.quote(str(saved))}", f"mount --bind {shlex.quote(str(keep))} {shlex.quote(str(saved))}"]
     lines.append(f"mount -t tmpfs -o size=1m,mode=0755 tmpfs {shlex.quote(str(path))}")
     if kept:
-        lines += [f"mkdir -p {shlex.quote(str(keep))}", f"mount --bind {shlex.quote(str(staging / 'kept'))} {shlex.quote(str(keep))}"]
+        lines += [f"mkdir -p {shlex.quote(str(keep))}", f"mount --bind {shlex.quote(str(saved))} {shlex.quote(str(keep))}"]
     return lines
 
 
