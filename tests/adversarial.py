@@ -279,6 +279,47 @@ def pairwise_sq_dists(x, y):
     return _cache[key]
 """
 
+# Reaches into the worker process (it runs in it) and answers the timed request at once,
+# with made-up digests, doing the work later, when the outputs are fetched outside the timed
+# region. Written against the message names only, so it survives changes of their arguments.
+FORGED_DONE = """
+import gc
+
+from autograder.worker import to_plain
+
+_worker = next(o for o in gc.get_objects() if type(o).__name__ == "Worker")
+_pending = None
+
+
+def _run_block(*args):
+    global _pending
+    _pending = _worker.block
+    _worker.send("done", [0.0] * len(_pending[1]))
+
+
+def _fetch_block(*args):
+    fn, calls = _pending
+    outputs = [fn(*call) for call in calls]
+    _worker.block = None
+    _worker.send("return", [to_plain(output) for output in outputs])
+
+
+_worker.do_run_block = _run_block
+_worker.do_fetch_block = _fetch_block
+"""
+
+# Writes the header of a reply frame to the grader's pipe, then nothing more.
+PARTIAL_FRAME = """
+import os
+import struct
+import sys
+import time
+
+os.write(int(sys.argv[2]), struct.pack("!Q", 100))
+while True:
+    time.sleep(1)
+"""
+
 NOISE_CELL = """
 import sys
 import warnings
@@ -310,35 +351,63 @@ describe = device_class = device
 """
 
 LEAK_MARKER = "LEAKED"
+
+
+class Symlink(str):
+    """In a submission's files: a symbolic link to this target instead of a regular file."""
+
+
+def reads_file_cell(filename: str) -> str:
+    """A cell that raises ``LEAKED`` if ``filename`` (beside the notebook) has any content."""
+    return f"""
+try:
+    with open({filename!r}, "rb") as _file:
+        _data = _file.read(64)
+except OSError:
+    _data = b""
+if _data:
+    raise RuntimeError("{LEAK_MARKER}: read the private file behind {filename}: " + repr(_data[:40]))
+"""
+
+
 WRITE_MARKER = b"ADVERSARY-WAS-HERE"
 
 
-def snooping_cell(paths_to_read: list[Path], dirs_to_list: list[Path], paths_to_write: list[Path]) -> str:
-    """A cell that tries to read, list and write private paths, and raises if any of it worked.
+def snooping_cell(paths_to_read=(), dirs_to_list=(), paths_to_write=(), list_siblings=False) -> str:
+    """A cell that tries to read, list and write paths it should not reach, and raises if any of it worked.
 
-    Its error message (``LEAKED: ...``) appears in the grader's load notes, so a test can
-    see from the report alone whether the sandbox let anything through. Writes append
-    ``WRITE_MARKER``, which a test can look for afterwards.
+    Its error message (``LEAKED: read …; listed …; wrote …``) lands in the grader's load
+    notes, so a test sees from the report alone what the sandbox let through. A write
+    counts only if the written ``WRITE_MARKER`` can be read back. ``list_siblings`` also
+    lists the folder holding the worker's own working folder (other students' folders).
     """
+    read, listed, written = ([str(p) for p in paths] for paths in (paths_to_read, dirs_to_list, paths_to_write))
     return f"""
 import os
 
-_read, _listed, _written = {[str(p) for p in paths_to_read]!r}, {[str(p) for p in dirs_to_list]!r}, {[str(p) for p in paths_to_write]!r}
 _leaks = []
-for _path in _read:
+for _path in {read!r}:
     try:
         with open(_path, "rb") as _file:
             if _file.read(64):
                 _leaks.append("read " + _path)
     except OSError:
         pass
-for _path in _listed:
+for _path in {listed!r}:
     try:
         if os.listdir(_path):
             _leaks.append("listed " + _path)
     except OSError:
         pass
-for _path in _written:
+if {list_siblings!r}:
+    _here = os.getcwd()
+    try:
+        _others = set(os.listdir(os.path.dirname(_here))) - {{os.path.basename(_here)}}
+        if _others:
+            _leaks.append("listed other students' folders " + ", ".join(sorted(_others)))
+    except OSError:
+        pass
+for _path in {written!r}:
     try:
         with open(_path, "ab") as _file:
             _file.write({WRITE_MARKER!r})
@@ -355,58 +424,98 @@ if _leaks:
 # -- the variants ------------------------------------------------------------------------
 
 
-def variants(course_root: Path, submissions_dir: Path) -> dict[str, dict[str, bytes]]:
-    """Student name -> files of their submission folder (name -> bytes).
+# World-writable folders of a usual Linux box: a sandboxed student writing there would leave
+# files behind for the next student (a channel between students) or fill the disk.
+SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 
-    ``course_root`` and ``submissions_dir`` are where grading will happen: the snooping
-    student needs their paths.
+
+def probe_paths(course_root: Path, submissions_dir: Path, token: str) -> dict[str, dict]:
+    """What the two snooping students try: private course paths, and paths outside the course."""
+    solutions = course_root / "solutions" / ASSIGNMENT
+    return {
+        "private": dict(
+            paths_to_read=[course_root / "gradebook.db", solutions / f"{ASSIGNMENT}.py", solutions / f"{ASSIGNMENT}.ipynb",
+                           submissions_dir / "correct" / f"{ASSIGNMENT}.ipynb"],
+            dirs_to_list=[course_root / "solutions", submissions_dir, course_root / "submitted", course_root / "autograded"],
+            paths_to_write=[course_root / "gradebook.db", solutions / f"{ASSIGNMENT}.py"],
+            list_siblings=True,
+        ),
+        "outside": dict(
+            # The installed autograder's own repository (here: this checkout) and shared scratch space.
+            paths_to_read=[REPO_ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.py", REPO_ROOT / "gradebook.db"],
+            paths_to_write=[Path(folder) / f"adversarial-probe-{token}" for folder in SHARED_WRITABLE],
+        ),
+    }
+
+
+def variants(course_root: Path, submissions_dir: Path, token: str = "probe") -> dict[str, dict[str, bytes]]:
+    """Student name -> files of their submission folder (file name -> bytes).
+
+    ``course_root`` and ``submissions_dir`` are where grading will happen (the snooping
+    students need their paths); ``token`` makes the snoopers' scratch file names unique.
     """
     ref = reference()
     nb = notebook_bytes
     name = f"{ASSIGNMENT}.ipynb"
-    snoop = snooping_cell(
-        paths_to_read=[
-            course_root / "gradebook.db",
-            course_root / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.py",
-            course_root / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb",
-            submissions_dir / "correct" / name,
-            REPO_ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.py",
-            REPO_ROOT / "gradebook.db",
-        ],
-        dirs_to_list=[course_root / "solutions", submissions_dir, course_root / "submitted", course_root / "autograded"],
-        paths_to_write=[course_root / "gradebook.db", course_root / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.py"],
-    )
+    probes = probe_paths(course_root, submissions_dir, token)
+
+    def answer(source):
+        return with_cell(ref, "pairwise_sq_dists", source)
+
     students = {
         "correct": {name: nb(ref)},
         "untouched": {name: RELEASE_PATH.read_bytes()},
-        "wrong_sqrt": {name: nb(with_cell(ref, "pairwise_sq_dists", SQRT))},
-        "slow_loop": {name: nb(with_cell(ref, "pairwise_sq_dists", LOOP))},
-        "infinite_loop": {name: nb(with_cell(ref, "pairwise_sq_dists", INFINITE))},
-        "ignores_sigint": {name: nb(with_extra_cell(with_cell(ref, "pairwise_sq_dists", INFINITE), "imports", IGNORE_SIGINT))},
-        "segfault": {name: nb(with_cell(ref, "pairwise_sq_dists", SEGFAULT))},
+        "wrong_sqrt": {name: nb(answer(SQRT))},
+        "slow_loop": {name: nb(answer(LOOP))},
+        "segfault": {name: nb(answer(SEGFAULT))},
         "exit_in_offload": {name: nb(with_cell(ref, "offload", OFFLOAD_EXIT))},
-        "memory_hog": {name: nb(with_cell(ref, "pairwise_sq_dists", MEMORY_HOG))},
+        "memory_hog": {name: nb(answer(MEMORY_HOG))},
         "deleted_test": {name: nb(without_cell(ref, "test_roofline"))},
         "edited_test": {name: nb(with_cell(ref, "test_pairwise_speed", "pass"))},
-        "edited_test_slow": {name: nb(with_cell(with_cell(ref, "pairwise_sq_dists", LOOP), "test_pairwise_speed", "pass"))},
+        "edited_test_slow": {name: nb(with_cell(answer(LOOP), "test_pairwise_speed", "pass"))},
         "split_test": {name: nb(split_cell(ref, "test_offload"))},
         "markdown_test": {name: nb(retyped_to_markdown(ref, "test_pairwise_correct"))},
         "malformed": {name: truncated(ref)},
         "renamed": {"my_work.ipynb": nb(ref)},
-        "patched_clock": {name: nb(with_extra_cell(with_cell(ref, "pairwise_sq_dists", LOOP), "imports", PATCH_CLOCK))},
-        "patched_timing": {name: nb(with_extra_cell(with_cell(ref, "pairwise_sq_dists", LOOP), "imports", PATCH_TIMING))},
-        "patched_checks": {name: nb(with_extra_cell(with_cell(ref, "pairwise_sq_dists", SQRT), "imports", PATCH_COMPARISONS))},
-        "input_transformer": {name: nb(with_extra_cell(with_cell(ref, "pairwise_sq_dists", SQRT), "imports", INPUT_TRANSFORMER))},
-        "patched_baseline": {name: nb(with_extra_cell(with_cell(ref, "pairwise_sq_dists", LOOP_WITH_ORIGINAL_SUM), "baseline", PATCH_BASELINE))},
-        "cache_by_address": {name: nb(with_cell(ref, "pairwise_sq_dists", CACHE_BY_ADDRESS))},
-        "cache_by_value": {name: nb(with_cell(ref, "pairwise_sq_dists", CACHE_BY_VALUE))},
+        "patched_clock": {name: nb(with_extra_cell(answer(LOOP), "imports", PATCH_CLOCK))},
+        "patched_timing": {name: nb(with_extra_cell(answer(LOOP), "imports", PATCH_TIMING))},
+        "patched_checks": {name: nb(with_extra_cell(answer(SQRT), "imports", PATCH_COMPARISONS))},
+        "input_transformer": {name: nb(with_extra_cell(answer(SQRT), "imports", INPUT_TRANSFORMER))},
+        "patched_baseline": {name: nb(with_extra_cell(answer(LOOP_WITH_ORIGINAL_SUM), "baseline", PATCH_BASELINE))},
+        "cache_by_address": {name: nb(answer(CACHE_BY_ADDRESS))},
+        "cache_by_value": {name: nb(answer(CACHE_BY_VALUE))},
         "planted_modules": {name: nb(ref), "torch.py": PLANTED_TORCH.encode(), "gpucourse.py": _code(PLANTED_GPUCOURSE).encode()},
-        "snooping": {name: nb(with_extra_cell(ref, "imports", snoop))},
-        "noisy": {name: nb(with_extra_cell(with_cell(ref, "pairwise_sq_dists", NOISY_PAIRWISE), "imports", NOISE_CELL))},
+        "snooping": {name: nb(with_extra_cell(ref, "imports", snooping_cell(**probes["private"])))},
+        "snooping_outside": {name: nb(with_extra_cell(ref, "imports", snooping_cell(**probes["outside"])))},
+        # A link in the submission folder to the course's solutions: the grader must not copy its target in.
+        "symlink_to_solutions": {name: nb(with_extra_cell(ref, "imports", reads_file_cell("notes.txt"))),
+                                 "notes.txt": Symlink(course_root / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.py")},
+        "noisy": {name: nb(with_extra_cell(answer(NOISY_PAIRWISE), "imports", NOISE_CELL))},
+        "forged_done": {name: nb(with_extra_cell(answer(LOOP), "imports", FORGED_DONE))},
     }
     for index in (1, 2, 3):
-        students[f"broadcasting_{index}"] = {name: nb(with_cell(ref, "pairwise_sq_dists", BROADCASTING))}
+        students[f"broadcasting_{index}"] = {name: nb(answer(BROADCASTING))}
     return students
+
+
+def hanging_variants() -> dict[str, dict[str, bytes]]:
+    """Answers that never return (one also ignores SIGINT and SIGTERM)."""
+    ref = reference()
+    name = f"{ASSIGNMENT}.ipynb"
+    infinite = with_cell(ref, "pairwise_sq_dists", INFINITE)
+    return {
+        "infinite_loop": {name: notebook_bytes(infinite)},
+        "ignores_sigint": {name: notebook_bytes(with_extra_cell(infinite, "imports", IGNORE_SIGINT))},
+    }
+
+
+def stalling_variants() -> dict[str, dict[str, bytes]]:
+    """A release notebook that stalls the protocol mid-frame while loading, and an untouched neighbour."""
+    name = f"{ASSIGNMENT}.ipynb"
+    return {
+        "partial_frame": {name: notebook_bytes(with_extra_cell(release(), "imports", PARTIAL_FRAME))},
+        "stall_witness": {name: RELEASE_PATH.read_bytes()},
+    }
 
 
 def fork_bomb_variants() -> dict[str, dict[str, bytes]]:
@@ -426,5 +535,8 @@ def write_submissions(directory: Path, students: dict[str, dict[str, bytes]]) ->
         folder = directory / student
         folder.mkdir(parents=True, exist_ok=True)
         for filename, data in files.items():
-            (folder / filename).write_bytes(data)
+            if isinstance(data, Symlink):
+                (folder / filename).symlink_to(data)
+            else:
+                (folder / filename).write_bytes(data)
     return directory
