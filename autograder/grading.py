@@ -146,7 +146,7 @@ def grade_assignment(
         private = [root / name for root in dict.fromkeys([course_root, build.REPO_ROOT])
                    for name in ("solutions", "gradebook.db", "submitted", "autograded", "feedback", ".git")]
         # Last, the shared scratch folders (the worker keeps only its own folder in there).
-        private += [Path(submissions).resolve(), scratch, Path("/dev/shm"), Path("/var/tmp"), Path(tempfile.gettempdir())]
+        private += [Path(submissions).resolve(), scratch, Path("/dev/shm"), Path("/run/lock"), Path("/var/tmp"), Path(tempfile.gettempdir())]
         tasks = {s.student: (s, str(source_path), str(scratch / "work" / s.student), limits, [str(p) for p in private]) for s in found}
         reports = _run_pool(tasks, jobs, progress)
         if gradebook:

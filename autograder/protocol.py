@@ -23,7 +23,7 @@ import time
 import torch
 
 _HEADER = struct.Struct("!Q")
-MAX_FRAME = 1 << 31
+MAX_FRAME = 256 * 1024**2  # a reply larger than this is refused before it is read
 
 
 class Callback:

@@ -6,7 +6,7 @@ As root on Linux (the usual grading box or CI), the worker runs:
   worker's init process kills everything the student's code started (fork bombs included);
 * with the course's private paths (``solutions/``, the gradebook, other submissions) covered
   by empty file systems, so they cannot be read or written even by path;
-* as the unprivileged user ``nobody`` (``setpriv``), under resource limits (``prlimit``):
+* as an unprivileged user id of its own (``setpriv``), under resource limits (``prlimit``):
   address space, processes, file size, no core dumps.
 
 Elsewhere (an instructor's laptop, no root) the worker is a plain child process under the
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import os
-import pwd
 import resource
 import shlex
 import shutil
@@ -27,7 +26,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-UNPRIVILEGED_USER = "nobody"
+# Each grading process runs its workers under a user id of their own, without a name: the
+# per-user process limit then caps one student's fork bomb without starving the others.
+FIRST_SANDBOX_UID = 200_000
 
 
 @dataclass(frozen=True)
@@ -167,8 +168,8 @@ def _apply_rlimits(limits: Limits, address_space: int | None) -> None:
 
 def _namespaced(command: list[str], workdir: Path, limits: Limits, hidden_paths) -> list[str]:
     """Wrap ``command`` in unshare + mounts + prlimit + setpriv, as a shell script."""
-    user = pwd.getpwnam(UNPRIVILEGED_USER)
-    os.chown(workdir, user.pw_uid, user.pw_gid)
+    uid = FIRST_SANDBOX_UID + os.getpid() % 100_000
+    os.chown(workdir, uid, uid)
     # Bind mounts are parked on a private tmpfs at /mnt, which nothing below hides.
     staging = Path("/mnt")
     script = ["set -e", "mount --make-rprivate /", "mount -t tmpfs -o size=1m,mode=0755 tmpfs /mnt"]
@@ -179,7 +180,7 @@ def _namespaced(command: list[str], workdir: Path, limits: Limits, hidden_paths)
     limited = [
         "prlimit", *([f"--as={address_space}"] if address_space else []), f"--nproc={limits.processes}",
         f"--fsize={limits.file_bytes}", "--core=0", "--",
-        "setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--no-new-privs", "--",
+        "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--",
         *command,
     ]
     script.append("exec " + shlex.join(limited))
@@ -204,7 +205,7 @@ def _hide(path: Path, *, keep: Path, staging: Path) -> list[str]:
 
 
 def _reachable_interpreter_mounts(staging: Path) -> list[str]:
-    """Let ``nobody`` reach the interpreter when one of its ancestors is private (e.g. /root, mode 700).
+    """Let the sandbox user reach the interpreter when one of its ancestors is private (e.g. /root, mode 700).
 
     Inside the worker's mount namespace only: the private folder is covered by an empty,
     traversable one into which the interpreter's tree alone is bound back.
