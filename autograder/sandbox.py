@@ -174,8 +174,10 @@ def _namespaced(command: list[str], workdir: Path, limits: Limits, hidden_paths)
     staging = Path("/mnt")
     script = ["set -e", "mount --make-rprivate /", "mount -t tmpfs -o size=1m,mode=0755 tmpfs /mnt"]
     script += _reachable_interpreter_mounts(staging)
+    # What the worker needs stays visible even inside a hidden folder (a clone under /tmp).
+    keep = [workdir, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), *_package_dirs()]
     for path in hidden_paths:
-        script += _hide(Path(path).resolve(), keep=workdir, staging=staging)
+        script += _hide(Path(path).resolve(), keep=keep, staging=staging)
     address_space = _address_space_limit(limits)
     limited = [
         "prlimit", *([f"--as={address_space}"] if address_space else []), f"--nproc={limits.processes}",
@@ -187,20 +189,27 @@ def _namespaced(command: list[str], workdir: Path, limits: Limits, hidden_paths)
     return ["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "--", "/bin/sh", "-c", "\n".join(script)]
 
 
-def _hide(path: Path, *, keep: Path, staging: Path) -> list[str]:
-    """Mount commands that make ``path`` empty in the worker's view (``keep`` stays visible)."""
+def _package_dirs() -> list[Path]:
+    import autograder
+    import gpucourse
+
+    return [Path(module.__file__).resolve().parent for module in (autograder, gpucourse)]
+
+
+def _hide(path: Path, *, keep: list[Path], staging: Path) -> list[str]:
+    """Mount commands that make ``path`` empty in the worker's view, but for the ``keep`` paths inside it."""
     if not path.exists():
         return []
     if path.is_file():
         return [f"mount --bind /dev/null {shlex.quote(str(path))}"]
+    inside = [kept for kept in dict.fromkeys(keep) if kept != path and kept.is_relative_to(path) and kept.exists()]
+    saved = {kept: staging / f"kept-{abs(hash((path, kept)))}" for kept in inside}
     lines = []
-    kept = keep.is_relative_to(path)
-    saved = staging / f"kept-{abs(hash(path))}"
-    if kept:
-        lines += [f"mkdir -p {shlex.quote(str(saved))}", f"mount --bind {shlex.quote(str(keep))} {shlex.quote(str(saved))}"]
+    for kept, parked in saved.items():
+        lines += [f"mkdir -p {shlex.quote(str(parked))}", f"mount --bind {shlex.quote(str(kept))} {shlex.quote(str(parked))}"]
     lines.append(f"mount -t tmpfs -o size=1m,mode=0755 tmpfs {shlex.quote(str(path))}")
-    if kept:
-        lines += [f"mkdir -p {shlex.quote(str(keep))}", f"mount --bind {shlex.quote(str(saved))} {shlex.quote(str(keep))}"]
+    for kept, parked in saved.items():
+        lines += [f"mkdir -p {shlex.quote(str(kept))}", f"mount --bind {shlex.quote(str(parked))} {shlex.quote(str(kept))}"]
     return lines
 
 

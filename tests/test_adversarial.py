@@ -160,6 +160,9 @@ def reap_sandbox_processes(students: set[str], since: float, grace: float = 5.0)
 def file_digests(*paths: Path) -> dict[str, str]:
     digests = {}
     for path in paths:
+        if not path.exists():  # a fresh clone has no gradebook.db yet: that it stays absent is checked too
+            digests[str(path)] = "absent"
+            continue
         files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
         for file in files:
             digests[str(file)] = hashlib.sha256(file.read_bytes()).hexdigest()
