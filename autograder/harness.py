@@ -17,7 +17,6 @@ import builtins
 import contextlib
 import io
 import itertools
-import shutil
 import time
 import types
 from dataclasses import asdict, dataclass, field
@@ -29,9 +28,6 @@ from gpucourse import devices
 
 from . import protocol, sandbox
 from .skeleton import Plan, TestItem
-
-OUTCOMES = ("passed", "failed", "timeout", "crashed", "needs_gpu")
-
 
 class WorkerTimeout(Exception):
     """The student's code did not answer before the deadline."""
@@ -49,7 +45,7 @@ class StudentError(Exception):
 class ItemResult:
     grade_id: str
     points: float
-    outcome: str
+    outcome: str  # passed, failed, timeout, crashed or needs_gpu
     score: float
     message: str = ""
     output: str = ""
@@ -368,7 +364,3 @@ def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, r
         outcome, score = "failed", 0.0
         message = text if getattr(error, "from_student", False) else f"{type(error).__name__}: {text}"
     return ItemResult(item.grade_id, item.points, outcome, score, message, output.getvalue()[-2000:], time.monotonic() - started)
-
-
-def cleanup(workdir: Path) -> None:
-    shutil.rmtree(workdir, ignore_errors=True)

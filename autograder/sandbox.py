@@ -216,25 +216,13 @@ def _hide(path: Path, *, keep: list[Path], staging: Path) -> list[str]:
 def _reachable_interpreter_mounts(staging: Path) -> list[str]:
     """Let the sandbox user reach the interpreter when one of its ancestors is private (e.g. /root, mode 700).
 
-    Inside the worker's mount namespace only: the private folder is covered by an empty,
-    traversable one into which the interpreter's tree alone is bound back.
+    Inside the worker's mount namespace only: the private folder is hidden like any other,
+    keeping the interpreter's tree, so what is left of it is traversable.
     """
-    lines, done = [], set()
+    private = {}  # private ancestor -> the child on the way to the interpreter
     for target in (Path(os.path.realpath(sys.executable)), Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()):
         for ancestor in reversed(target.parents):
-            if ancestor == Path("/") or os.stat(ancestor).st_mode & 0o001:
-                continue
-            child = ancestor / target.relative_to(ancestor).parts[0]
-            if (ancestor, child) in done:
+            if ancestor != Path("/") and not os.stat(ancestor).st_mode & 0o001:
+                private.setdefault(ancestor, ancestor / target.relative_to(ancestor).parts[0])
                 break
-            done.add((ancestor, child))
-            saved = staging / f"reach{len(done)}"
-            lines += [
-                f"mkdir -p {shlex.quote(str(saved))}",
-                f"mount --bind {shlex.quote(str(child))} {shlex.quote(str(saved))}",
-                f"mount -t tmpfs -o size=1m,mode=0755 tmpfs {shlex.quote(str(ancestor))}",
-                f"mkdir -p {shlex.quote(str(child))}",
-                f"mount --bind {shlex.quote(str(saved))} {shlex.quote(str(child))}",
-            ]
-            break
-    return lines
+    return [line for ancestor, child in private.items() for line in _hide(ancestor, keep=[child], staging=staging)]

@@ -59,14 +59,17 @@ def is_solution(cell) -> bool:
     return cell.cell_type == "code" and bool(meta.get("solution"))
 
 
-def defined_names(source: str) -> list[str]:
-    """Top-level names a cell defines (functions, classes, assignments)."""
+def _top_level(source: str) -> list[ast.stmt]:
     try:
-        tree = ast.parse(source)
+        return ast.parse(source).body
     except SyntaxError:
         return []
+
+
+def defined_names(source: str) -> list[str]:
+    """Top-level names a cell defines (functions, classes, assignments)."""
     names = []
-    for node in tree.body:
+    for node in _top_level(source):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.append(node.name)
         elif isinstance(node, ast.Assign):
@@ -97,11 +100,7 @@ def collect_answers(source_nb, student_nb) -> tuple[dict[str, list[str]], dict[s
 
 def defined_functions(source: str) -> list[str]:
     """Top-level functions a cell defines."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return []
-    return [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return [node.name for node in _top_level(source) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
 def make_plan(source_nb: nbformat.NotebookNode, student_nb: nbformat.NotebookNode) -> Plan:
