@@ -22,9 +22,10 @@ import types
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from gpucourse import devices
+from gpucourse import check, devices, sim
 
 from . import protocol, sandbox
 from .skeleton import Plan, TestItem
@@ -177,8 +178,12 @@ class StudentFunction:
 
     def __call__(self, *args, **kwargs):
         self.worker.ensure_started()
-        reply = self.worker.request(("call", self.name, self.worker.marshal(args), self.worker.marshal(kwargs)), self.item_deadline())
+        message = ("call", self.name, self.worker.marshal(args), self.worker.marshal(kwargs), check.forbidden_modules())
+        reply = self.worker.request(message, self.item_deadline())
         return _result(self.name, reply)
+
+    def __getitem__(self, config):
+        return KernelLaunch(self, config)
 
     def timed_block(self, calls):
         """Run ``self(*args)`` for each args in ``calls`` and return (seconds, outputs).
@@ -199,6 +204,39 @@ class StudentFunction:
         outputs = _result(self.name, self.worker.request(("fetch_block",), self.item_deadline()))
         _check_digests(self.name, outputs, digests, weights)
         return seconds, outputs
+
+
+class KernelLaunch:
+    """``kernel[blocks, threads]`` in a test, for a student's ``@cuda.jit`` kernel.
+
+    The launch runs in the student's worker on copies of the arguments; the arrays come back
+    afterwards and are written into the test's own arrays, so the test reads ``out`` after
+    ``kernel[grid, block](x, out)`` exactly as in the notebook.
+    """
+
+    def __init__(self, kernel: StudentFunction, config):
+        self.kernel, self.config = kernel, config
+
+    def __call__(self, *args):
+        worker = self.kernel.worker
+        worker.ensure_started()
+        message = ("launch", self.kernel.name, self.config, worker.marshal(args), sim.recording())
+        reply = _result(self.kernel.name, worker.request(message, self.kernel.item_deadline()))
+        if not isinstance(reply, dict) or not isinstance(reply.get("calls"), dict):
+            raise StudentError(f"{self.kernel.name}: the launch did not report back")
+        _copy_back(self.kernel.name, args, reply.get("arrays"))
+        sim.add_recorded_calls({str(name): int(count) for name, count in reply["calls"].items()})
+
+
+def _copy_back(name: str, args, arrays_after) -> None:
+    if not isinstance(arrays_after, list) or len(arrays_after) != len(args):
+        raise StudentError(f"{name}: the launch did not report its arrays")
+    for index, (mine, theirs) in enumerate(zip(args, arrays_after)):
+        if not isinstance(mine, np.ndarray):
+            continue
+        if not isinstance(theirs, np.ndarray) or theirs.shape != mine.shape or theirs.dtype != mine.dtype:
+            raise AssertionError(f"{name}: argument {index} came back changed in shape or type")
+        np.copyto(mine, theirs)
 
 
 class ReferenceFunction:
@@ -251,6 +289,8 @@ def _rebuild(value):
     if isinstance(value, dict):
         if "__tensor__" in value:
             return protocol.unpack_tensor(value)
+        if "__ndarray__" in value:
+            return protocol.unpack_tensor(value["__ndarray__"]).numpy()
         if "__dtype__" in value:
             return _dtype(value["__dtype__"])
         if "__device__" in value:

@@ -39,7 +39,9 @@ class Limits:
     item_seconds: float = 120.0  # one graded item (all its calls and checks)
     notebook_seconds: float = 900.0  # the whole submission
     memory_bytes: int = 8 * 1024**3  # address space; torch alone reserves a few GB of it
-    processes: int = 256  # per user: threads count too
+    # Per user, and threads count too: numba's CUDA simulator runs each thread of a block
+    # as a Python thread, so a block of 1024 threads needs 1024 of them at once.
+    processes: int = 1536
     file_bytes: int = 256 * 1024**2
     threads: int = 1
 

@@ -9,10 +9,15 @@ and it never decides a grade: it only returns values, which the harness checks.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import sys
+import threading
 import traceback
 
+import numpy as np
 import torch
+
+from gpucourse import check, sim
 
 from . import protocol
 
@@ -68,17 +73,31 @@ def to_plain(value, depth: int = 0):
         return {"__dtype__": str(value).removeprefix("torch.")}
     if isinstance(value, torch.device):
         return {"__device__": str(value)}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple: keep its field names
+        return {"__object__": type(value).__name__, "attributes": to_plain(dict(zip(value._fields, value)), depth + 1)}
     if isinstance(value, (list, tuple)):  # torch.Size is a tuple
         converted = [to_plain(item, depth + 1) for item in value]
         return converted if isinstance(value, list) else tuple(converted)
     if isinstance(value, dict):
         return {str(key): to_plain(item, depth + 1) for key, item in value.items()}
     module = type(value).__module__
+    if type(value) is np.ndarray and value.dtype.kind in "biuf":
+        return {"__ndarray__": protocol.pack_tensor(torch.from_numpy(np.ascontiguousarray(value)))}
     if module == "numpy":
         return to_plain(value.tolist() if hasattr(value, "tolist") else float(value), depth + 1)
     if hasattr(value, "__dict__"):
-        return {"__object__": type(value).__name__, "attributes": to_plain(dict(vars(value)), depth + 1)}
+        return {"__object__": type(value).__name__, "attributes": to_plain(_attributes(value), depth + 1)}
     raise TypeError(f"returned a {type(value).__name__}, which the grader cannot read back")
+
+
+def _attributes(value) -> dict:
+    """An object's attributes, its public properties included (a dataclass's ``occupancy``
+    property is part of the answer as much as its fields are)."""
+    attributes = dict(vars(value))
+    for name in dir(type(value)):
+        if not name.startswith("_") and isinstance(getattr(type(value), name, None), property):
+            attributes[name] = getattr(value, name)
+    return attributes
 
 
 class Worker:
@@ -91,6 +110,7 @@ class Worker:
         # cannot make the harness's clock stop before the GPU has finished.
         self._synchronize = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
         self._set_threads = torch.set_num_threads
+        self._forbidden = check.forbidden
         self._threads = torch.get_num_threads()
 
     def send(self, *message) -> None:
@@ -128,10 +148,22 @@ class Worker:
     def do_value(self, name: str) -> None:
         self.send("return", to_plain(self.namespace[name]))
 
-    def do_call(self, name: str, args, kwargs) -> None:
+    def do_call(self, name: str, args, kwargs, forbidden_modules=()) -> None:
         self._set_threads(self._threads)
-        result = self.namespace[name](*self._bind(args), **self._bind(kwargs))
+        with self._forbidden(*forbidden_modules):
+            result = self.namespace[name](*self._bind(args), **self._bind(kwargs))
         self.send("return", to_plain(result))
+
+    def do_launch(self, name: str, config, args, record: bool = False) -> None:
+        """Launch a ``@cuda.jit`` kernel; send back its array arguments as they are after it,
+        and, when the test records them, the intrinsics its threads called (simulator only)."""
+        self._set_threads(self._threads)
+        args = self._bind(args)
+        with sim.record_kernel_calls() if record else contextlib.nullcontext() as calls:
+            self.namespace[name][config](*args)
+            self._synchronize()
+        arrays = [to_plain(arg) if isinstance(arg, np.ndarray) else None for arg in args]
+        self.send("return", {"arrays": arrays, "calls": dict(calls) if record else {}})
 
     def do_load_block(self, name: str, calls) -> None:
         self.block = (self.namespace[name], [self._bind(args) for args in calls])
@@ -182,6 +214,9 @@ def _describe(error: BaseException) -> str:
 
 def main(argv: list[str]) -> int:
     fd_in, fd_out = int(argv[1]), int(argv[2])
+    # Small thread stacks: the CUDA simulator starts a thread per simulated thread of a block
+    # (up to 1024), and 8 MB stacks each would exhaust the address-space limit.
+    threading.stack_size(512 * 1024)
     Worker(fd_in, fd_out).serve()
     return 0
 

@@ -7,16 +7,24 @@ measured ratio against the required one, for the device class they ran on.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import math
+import types
 
+import numpy as np
 import torch
 
 from .devices import device_class
 from .timing import SpeedResult
 
 
-def assert_close(actual, expected: torch.Tensor, *, rtol: float = 1e-5, atol: float = 1e-6, name: str = "result") -> None:
-    """``actual`` is a tensor of ``expected``'s shape, dtype and device, equal within tolerance."""
+def assert_close(actual, expected, *, rtol: float = 1e-5, atol: float = 1e-6, name: str = "result") -> None:
+    """``actual`` is a tensor (or numpy array) of ``expected``'s type, shape, dtype and device, equal within tolerance."""
+    if isinstance(expected, np.ndarray):
+        if not isinstance(actual, np.ndarray):
+            raise AssertionError(f"{name}: expected a numpy array, got {type(actual).__name__}")
+        actual, expected = torch.from_numpy(np.ascontiguousarray(actual)), torch.from_numpy(np.ascontiguousarray(expected))
     if not isinstance(actual, torch.Tensor):
         raise AssertionError(f"{name}: expected a torch.Tensor, got {type(actual).__name__}")
     if tuple(actual.shape) != tuple(expected.shape):
@@ -67,3 +75,42 @@ def assert_speedup(result: SpeedResult, required: float, *, name: str = "speedup
     if not result.speedup >= required:
         raise AssertionError(f"{name}: measured {result.speedup:.1f}× faster, need {required:g}× — {result}")
     print(f"{name}: {result} (needed {required:g}×)")
+
+
+_FORBIDDEN: list[str] = []  # modules switched off by the enclosing ``forbidden`` blocks
+
+
+def _switched_off(*args, **kwargs):
+    raise RuntimeError("this course helper is switched off in this test: the exercise asks for your own code, "
+                       "not a call to the package's version")
+
+
+def forbidden_modules() -> tuple[str, ...]:
+    """The modules an enclosing :func:`forbidden` block has switched off (the autograder
+    passes them on to the student's worker)."""
+    return tuple(_FORBIDDEN)
+
+
+@contextlib.contextmanager
+def forbidden(*module_names: str):
+    """Within the block, every function of these modules raises instead of running.
+
+    A hidden test uses it to make sure an answer stands on its own, e.g. that a student's
+    ``occupancy`` does not just call ``gpucourse.sim.occupancy``. The functions' code is
+    swapped, so a reference taken earlier (``from gpucourse.sim import occupancy``) is
+    switched off too.
+    """
+    saved = []
+    try:
+        for module_name in module_names:
+            module = importlib.import_module(module_name)
+            for value in vars(module).values():
+                if isinstance(value, types.FunctionType) and value.__module__ == module_name and not value.__code__.co_freevars:
+                    saved.append((value, value.__code__))
+                    value.__code__ = _switched_off.__code__
+        _FORBIDDEN.extend(module_names)
+        yield
+    finally:
+        del _FORBIDDEN[len(_FORBIDDEN) - len(module_names):]
+        for function, code in saved:
+            function.__code__ = code

@@ -49,8 +49,9 @@ def report(result) -> str:
     lines = [f"{'question':<24} {'points':>6}  result"]
     for item in result.items:
         points = f"{item.score:g}/{item.points:g}"
-        detail = item.message or _speed_line(item.output) or ""
-        lines.append(f"{item.grade_id:<24} {points:>6}  {_LABELS.get(item.outcome, item.outcome)}{': ' + detail if detail else ''}")
+        label = _LABELS.get(item.outcome, item.outcome)
+        detail = (item.message or _speed_line(item.output) or "").removeprefix(f"{label}: ")
+        lines.append(f"{item.grade_id:<24} {points:>6}  {label}{': ' + detail if detail else ''}")
     total = sum(item.points for item in result.items)
     lines.append(f"{'total (visible tests)':<24} {result.score:g}/{total:g}  measured on {result.device}")
     lines += [f"note: {note}" for note in result.notes]

@@ -93,6 +93,8 @@ class GPUSpec:
     host_link_bandwidth: float  # host <-> device, bytes/s in one direction
     fp32_flops: float  # CUDA cores, FLOP/s
     fp16_tensor_flops: float  # tensor cores, dense FP16 with FP32 accumulate, FLOP/s
+    boost_clock_hz: float
+    l1_shared_bytes_per_sm: int  # one SRAM array, split between L1 cache and shared memory
     source: str
 
     @property
@@ -116,36 +118,42 @@ GPUS: dict[str, GPUSpec] = {
             "V100", "7.0", sms=80, memory_bytes=32 * GB, memory_bandwidth=900 * GB, l2_bytes=6 * MiB,
             host_link=_PCIE3[0], host_link_bandwidth=_PCIE3[1],
             fp32_flops=15.7 * TERA, fp16_tensor_flops=125 * TERA,
+            boost_clock_hz=1530e6, l1_shared_bytes_per_sm=128 * KiB,
             source="NVIDIA V100 datasheet (SXM2); Volta architecture whitepaper",
         ),
         GPUSpec(
             "T4", "7.5", sms=40, memory_bytes=16 * GB, memory_bandwidth=320 * GB, l2_bytes=4 * MiB,
             host_link=_PCIE3[0], host_link_bandwidth=_PCIE3[1],
             fp32_flops=8.1 * TERA, fp16_tensor_flops=65 * TERA,
+            boost_clock_hz=1590e6, l1_shared_bytes_per_sm=96 * KiB,
             source="NVIDIA T4 datasheet; Turing architecture whitepaper",
         ),
         GPUSpec(
             "A100", "8.0", sms=108, memory_bytes=80 * GB, memory_bandwidth=2039 * GB, l2_bytes=40 * MiB,
             host_link=_PCIE4[0], host_link_bandwidth=_PCIE4[1],
             fp32_flops=19.5 * TERA, fp16_tensor_flops=312 * TERA,
+            boost_clock_hz=1410e6, l1_shared_bytes_per_sm=192 * KiB,
             source="NVIDIA A100 datasheet (SXM4 80GB); Ampere GA100 whitepaper",
         ),
         GPUSpec(
             "L4", "8.9", sms=58, memory_bytes=24 * GB, memory_bandwidth=300 * GB, l2_bytes=48 * MiB,
             host_link=_PCIE4[0], host_link_bandwidth=_PCIE4[1],
             fp32_flops=30.3 * TERA, fp16_tensor_flops=121 * TERA,
+            boost_clock_hz=2040e6, l1_shared_bytes_per_sm=128 * KiB,
             source="NVIDIA L4 datasheet (242 TFLOP/s FP16 is with sparsity; dense is half)",
         ),
         GPUSpec(
             "H100", "9.0", sms=132, memory_bytes=80 * GB, memory_bandwidth=3350 * GB, l2_bytes=50 * MiB,
             host_link=_PCIE5[0], host_link_bandwidth=_PCIE5[1],
             fp32_flops=67 * TERA, fp16_tensor_flops=989 * TERA,
+            boost_clock_hz=1980e6, l1_shared_bytes_per_sm=256 * KiB,
             source="NVIDIA H100 datasheet (SXM5); Hopper architecture whitepaper",
         ),
         GPUSpec(
             "H200", "9.0", sms=132, memory_bytes=141 * GB, memory_bandwidth=4800 * GB, l2_bytes=50 * MiB,
             host_link=_PCIE5[0], host_link_bandwidth=_PCIE5[1],
             fp32_flops=67 * TERA, fp16_tensor_flops=989 * TERA,
+            boost_clock_hz=1980e6, l1_shared_bytes_per_sm=256 * KiB,
             source="NVIDIA H200 datasheet (SXM); same GH100 compute as the H100",
         ),
     )
@@ -172,3 +180,49 @@ def sm_limits(gpu_or_cc: str) -> SMLimits:
             f"{gpu_or_cc!r} is neither a GPU ({', '.join(GPUS)}) "
             f"nor a compute capability ({', '.join(SM_LIMITS)})"
         ) from None
+
+
+# Order-of-magnitude access latencies in SM clock cycles, as published microbenchmark studies
+# report them for Volta, Turing, Ampere and Hopper (Jia et al., "Dissecting the NVIDIA Volta
+# GPU Architecture via Microbenchmarking", 2018, and the Turing follow-up, 2019; Luo et al.,
+# "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture", 2024). Ranges, not exact
+# figures: they vary by card, clock and access pattern.
+LATENCY_CYCLES = {
+    "registers": (1, 1),
+    "shared memory": (20, 35),
+    "L1 cache": (30, 40),
+    "L2 cache": (150, 300),
+    "global (DRAM/HBM)": (400, 800),
+}
+SHARED_BYTES_PER_CYCLE_PER_SM = 128  # 32 banks of 4 bytes each serve one warp request per cycle
+
+
+@dataclass(frozen=True)
+class MemoryLevel:
+    """One level of a GPU's memory hierarchy, as reported (sizes, latencies, bandwidths)."""
+
+    name: str
+    size_bytes: int  # for the whole card
+    scope: str  # who can see it
+    lifetime: str
+    latency_cycles: tuple[int, int]
+    bandwidth: float | None  # bytes/s for the whole card, where a figure is published or derivable
+
+
+def memory_hierarchy(name: str) -> list[MemoryLevel]:
+    """Registers → shared/L1 → L2 → device memory for one card (reported figures)."""
+    spec = gpu(name)
+    limits = spec.limits
+    shared_bandwidth = SHARED_BYTES_PER_CYCLE_PER_SM * spec.sms * spec.boost_clock_hz
+    return [
+        MemoryLevel("registers", limits.registers_per_sm * 4 * spec.sms, "one thread", "the thread",
+                    LATENCY_CYCLES["registers"], None),
+        MemoryLevel("shared memory", limits.shared_mem_per_sm * spec.sms, "one block", "the block",
+                    LATENCY_CYCLES["shared memory"], shared_bandwidth),
+        MemoryLevel("L1 cache", spec.l1_shared_bytes_per_sm * spec.sms, "one SM (cache)", "automatic",
+                    LATENCY_CYCLES["L1 cache"], shared_bandwidth),
+        MemoryLevel("L2 cache", spec.l2_bytes, "all SMs (cache)", "automatic",
+                    LATENCY_CYCLES["L2 cache"], None),
+        MemoryLevel("global (DRAM/HBM)", spec.memory_bytes, "all threads and the host", "until freed",
+                    LATENCY_CYCLES["global (DRAM/HBM)"], spec.memory_bandwidth),
+    ]

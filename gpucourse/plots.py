@@ -168,3 +168,97 @@ def _time_unit(seconds: float) -> tuple[str, float]:
         if abs(seconds) >= scale:
             return unit, scale
     return "ns", 1e-9
+
+
+def occupancy_by_block_size(ax, curve, *, current: int | None = None):
+    """Modelled occupancy against threads per block, from :func:`gpucourse.sim.occupancy_by_block_size`.
+
+    curve: {threads_per_block: Occupancy}. Points are coloured by the limiting resource;
+    ``current`` marks the block size being looked at.
+    """
+    from .sim import LIMITERS
+
+    if not curve:
+        raise ValueError("the occupancy curve is empty")
+    sizes = np.array(sorted(curve))
+    values = np.array([curve[size].occupancy for size in sizes])
+    gpu = next(iter(curve.values())).gpu
+    ax.plot(sizes, values, color="0.6", linestyle="--", label=f"{gpu} (modelled)")
+    for index, limiter in enumerate(LIMITERS):
+        chosen = [size for size in sizes if curve[size].limiter == limiter]
+        if chosen:
+            ax.scatter(chosen, [curve[size].occupancy for size in chosen], color=f"C{index}", s=18,
+                       label=f"limited by {limiter.replace('_', ' ')}", zorder=3)
+    if current is not None and current in curve:
+        ax.scatter([current], [curve[current].occupancy], s=140, facecolors="none", edgecolors="black",
+                   label=f"{current} threads/block", zorder=4)
+    ax.set_xlabel("threads per block")
+    ax.set_ylabel("occupancy (active warps / max warps)")
+    ax.set_ylim(0, 1.05)
+    ax.set_xlim(0, sizes.max() + 32)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+
+
+def thread_map(n_elements: int, blocks: int, threads_per_block: int, *, grid_stride: bool = True) -> np.ndarray:
+    """Which global thread handles each element of a 1-D launch (-1: nobody).
+
+    With ``grid_stride``, thread t handles t, t + blocks·threads, …; without, only element t.
+    """
+    if min(n_elements, blocks, threads_per_block) < 1:
+        raise ValueError("n_elements, blocks and threads_per_block must all be >= 1")
+    total_threads = blocks * threads_per_block
+    elements = np.arange(n_elements)
+    owner = elements % total_threads
+    if not grid_stride:
+        owner = np.where(elements < total_threads, owner, -1)
+    return owner
+
+
+def launch_figure(ax, n_elements: int, blocks: int, threads_per_block: int, *, grid_stride: bool = True, warp_size: int = 32):
+    """Draw a 1-D launch: one cell per element, coloured by the block whose thread handles it.
+
+    Each cell carries the thread's index within its block; thick lines mark warp boundaries
+    within a block and every pass of a grid-stride loop gets its own row. Elements nobody
+    handles are left white with a red cross: the bug of a grid smaller than the data.
+    """
+    owner = thread_map(n_elements, blocks, threads_per_block, grid_stride=grid_stride)
+    total_threads = blocks * threads_per_block
+    rows = -(-n_elements // total_threads)
+    cmap = _block_colours(blocks)
+    for element, thread in enumerate(owner):
+        row, col = divmod(element, total_threads)
+        y = rows - 1 - row
+        if thread < 0:
+            ax.add_patch(_cell(col, y, "white"))
+            ax.plot([col + 0.1, col + 0.9], [y + 0.1, y + 0.9], color="red", lw=1)
+            continue
+        block, local = divmod(int(thread), threads_per_block)
+        ax.add_patch(_cell(col, y, cmap(block)))
+        if total_threads <= 64:
+            ax.text(col + 0.5, y + 0.5, str(local), ha="center", va="center", fontsize=7)
+    for boundary in range(0, total_threads + 1):
+        if boundary % threads_per_block == 0:
+            ax.axvline(boundary, color="black", lw=2)
+        elif boundary % warp_size == 0:
+            ax.axvline(boundary, color="black", lw=1, linestyle=":")
+    ax.set_xlim(0, total_threads)
+    ax.set_ylim(0, rows)
+    ax.set_yticks([rows - 0.5 - r for r in range(rows)], [f"pass {r}" for r in range(rows)])
+    ax.set_xlabel("global thread index (blockIdx.x · blockDim.x + threadIdx.x)")
+    loop = "grid-stride loop" if grid_stride else "one element per thread"
+    ax.set_title(f"{n_elements} elements, {blocks} blocks × {threads_per_block} threads, {loop}", fontsize=9)
+    handles = [Patch(facecolor=cmap(b), edgecolor="black", label=f"block {b}") for b in range(min(blocks, 8))]
+    ax.legend(handles=handles, fontsize=7, loc="upper right", ncol=min(blocks, 4))
+
+
+def _cell(x: float, y: float, colour):
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x, y), 1, 1, facecolor=colour, edgecolor="0.4", lw=0.5)
+
+
+def _block_colours(blocks: int):
+    import matplotlib
+
+    return matplotlib.colormaps["tab10" if blocks <= 10 else "tab20"]

@@ -48,3 +48,15 @@ def test_h100_fp32_ridge_point():
 def test_unknown_names_raise_with_the_choices(bad):
     with pytest.raises(KeyError, match="T4"):
         gpu_specs.sm_limits(bad)
+
+
+def test_memory_hierarchy_is_ordered_from_fast_and_small_to_slow_and_large():
+    levels = gpu_specs.memory_hierarchy("A100")
+    assert [level.name for level in levels] == ["registers", "shared memory", "L1 cache", "L2 cache", "global (DRAM/HBM)"]
+    assert levels[0].size_bytes == 108 * 256 * 1024  # 64 K 4-byte registers per SM
+    assert levels[3].size_bytes == 40 * 1024**2 and levels[4].bandwidth == 2039e9
+    latencies = [level.latency_cycles for level in levels]
+    assert all(low <= high for low, high in latencies)
+    assert [low for low, _ in latencies] == sorted(low for low, _ in latencies)
+    # 128 bytes per cycle per SM, 108 SMs at 1.41 GHz: about 19.5 TB/s of shared-memory bandwidth.
+    assert abs(levels[1].bandwidth - 128 * 108 * 1.41e9) < 1

@@ -119,3 +119,37 @@ def test_roofline_draws_the_roof_the_ridge_and_the_points(ax):
     assert any(list(artist.get_xdata()) == [100.0] and list(artist.get_ydata()) == [800.0] for artist in ax.lines)
     assert [text.get_text() for text in ax.texts] == ["mm"]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+
+
+def test_thread_map_assigns_elements_to_global_threads():
+    """Grid-stride: element e goes to thread e mod (blocks·threads); without it, extra elements go to nobody."""
+    np.testing.assert_array_equal(plots.thread_map(10, 2, 3), [0, 1, 2, 3, 4, 5, 0, 1, 2, 3])
+    np.testing.assert_array_equal(plots.thread_map(10, 2, 3, grid_stride=False), [0, 1, 2, 3, 4, 5, -1, -1, -1, -1])
+    np.testing.assert_array_equal(plots.thread_map(3, 4, 32), [0, 1, 2])
+    with pytest.raises(ValueError):
+        plots.thread_map(0, 1, 1)
+
+
+def test_launch_figure_draws_one_cell_per_element_and_a_row_per_pass(ax):
+    plots.launch_figure(ax, 40, 2, 16)
+    assert len(ax.patches) == 40
+    assert [label.get_text() for label in ax.get_yticklabels()] == ["pass 0", "pass 1"]
+    assert "grid-stride" in ax.get_title()
+
+
+def test_launch_figure_marks_elements_nobody_handles(ax):
+    plots.launch_figure(ax, 40, 2, 16, grid_stride=False)
+    white = [p for p in ax.patches if p.get_facecolor()[:3] == (1.0, 1.0, 1.0)]
+    assert len(white) == 8  # 40 elements, 32 threads
+
+
+def test_occupancy_plot_colours_points_by_limiter(ax):
+    from gpucourse import sim
+
+    curve = sim.occupancy_by_block_size("A100", 40, 6144)
+    plots.occupancy_by_block_size(ax, curve, current=128)
+    labels = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert labels[0] == "A100 (modelled)" and "limited by shared memory" in labels and "128 threads/block" in labels
+    assert ax.get_ylim() == (0, 1.05)
+    with pytest.raises(ValueError):
+        plots.occupancy_by_block_size(ax, {})

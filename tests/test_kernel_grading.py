@@ -1,0 +1,93 @@
+"""The trusted grader on module 02: kernels launched in the student's worker, graded outside it.
+
+Each variant is a plausible wrong answer that passes some visible checks; the grader must
+find exactly the item it breaks, and say why.
+"""
+
+import nbformat
+import pytest
+
+from autograder import harness, skeleton
+from autograder.build import REPO_ROOT
+
+SOURCE = REPO_ROOT / "solutions" / "02_architecture" / "02_architecture.ipynb"
+RELEASE = REPO_ROOT / "assignments" / "02_architecture" / "02_architecture.ipynb"
+
+VARIANTS = {
+    # The package's calculator called instead of written: the hidden test switches it off.
+    "delegating": ("occupancy", (
+        "def occupancy(gpu, threads_per_block, registers_per_thread, shared_mem_per_block):\n"
+        "    from gpucourse.sim import occupancy as calc\n"
+        "    return calc(gpu, threads_per_block, registers_per_thread, shared_mem_per_block)\n"
+    ), "test_occupancy", "switched off"),
+    # Right counts in the simulator, lost updates on a GPU: the atomic additions are counted.
+    "no_atomics": ("histogram_kernel", (
+        "@cuda.jit\ndef histogram_kernel(values, bins):\n"
+        "    for i in range(cuda.grid(1), values.size, cuda.gridsize(1)):\n        bins[values[i]] += 1\n"
+    ), "test_histogram", "atomic addition per value"),
+    # Right sums, but thread 0 does all the work and no shared memory is used.
+    "serial_sum": ("block_sum_kernel", (
+        "@cuda.jit\ndef block_sum_kernel(x, partial):\n    if cuda.threadIdx.x == 0:\n        total = 0.0\n"
+        "        for k in range(cuda.blockIdx.x * SUM_BLOCK, min((cuda.blockIdx.x + 1) * SUM_BLOCK, x.size)):\n"
+        "            total += x[k]\n        partial[cuda.blockIdx.x] = total\n"
+    ), "test_block_sum", "never allocated a shared array"),
+    # One element per thread: wrong when the grid is smaller than the data.
+    "no_stride": ("saxpy_kernel", (
+        "@cuda.jit\ndef saxpy_kernel(a, x, y, out):\n    i = cuda.grid(1)\n    if i < x.size:\n        out[i] = a * x[i] + y[i]\n"
+    ), "test_saxpy", "values differ"),
+    # No bounds check: the simulator catches the out-of-range write.
+    "no_bounds": ("bias_relu_kernel", (
+        "@cuda.jit\ndef bias_relu_kernel(x, bias, out):\n    i, j = cuda.grid(2)\n    out[i, j] = max(x[i, j] + bias[j], 0.0)\n"
+    ), "test_bias_relu", "IndexError"),
+    # An occupancy answer as a dataclass with a property: a valid answer the grader must read.
+    "dataclass": ("occupancy", (
+        "from dataclasses import dataclass\n\n_reference = occupancy\n\n@dataclass\nclass Result:\n"
+        "    blocks_per_sm: int\n    active_warps: int\n    max_warps: int\n    limiter: str\n\n"
+        "    @property\n    def occupancy(self):\n        return self.active_warps / self.max_warps\n\n"
+        "def occupancy(gpu, threads_per_block, registers_per_thread, shared_mem_per_block):\n"
+        "    r = _reference(gpu, threads_per_block, registers_per_thread, shared_mem_per_block)\n"
+        "    return Result(r.blocks_per_sm, r.active_warps, gpu_specs.sm_limits(gpu).max_warps_per_sm, r.limiter)\n"
+    ), None, None),
+}
+
+
+def _grade(student_nb, tmp_path):
+    source = nbformat.read(SOURCE, as_version=4)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    return harness.grade(skeleton.make_plan(source, student_nb), workdir)
+
+
+def _with_answer(grade_id, code):
+    notebook = nbformat.read(SOURCE, as_version=4)
+    [cell] = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+    if grade_id == "occupancy" and "_reference" in code:
+        code = cell.source.replace("def occupancy(", "def _solution_occupancy(", 1) + "\n\n" + code.replace("_reference = occupancy", "_reference = _solution_occupancy")
+    cell.source = code
+    return notebook
+
+
+def test_reference_passes_every_item_but_the_gpu_one(tmp_path):
+    result = _grade(nbformat.read(SOURCE, as_version=4), tmp_path)
+    outcomes = {item.grade_id: item.outcome for item in result.items}
+    assert outcomes.pop("test_launch_speed") == "needs_gpu"  # CI has no GPU
+    assert set(outcomes.values()) == {"passed"}, outcomes
+    assert result.score == 13
+
+
+def test_untouched_release_earns_nothing(tmp_path):
+    result = _grade(nbformat.read(RELEASE, as_version=4), tmp_path)
+    assert result.score == 0
+    assert {item.outcome for item in result.items} == {"failed", "needs_gpu"}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_each_wrong_answer_loses_exactly_its_item(variant, tmp_path):
+    grade_id, code, broken_item, reason = VARIANTS[variant]
+    result = _grade(_with_answer(grade_id, code), tmp_path)
+    failed = {item.grade_id: item.message for item in result.items if item.outcome not in ("passed", "needs_gpu")}
+    if broken_item is None:
+        assert failed == {}
+        return
+    assert list(failed) == [broken_item], failed
+    assert reason in failed[broken_item]

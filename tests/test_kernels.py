@@ -1,0 +1,71 @@
+"""Tests of gpucourse.kernels: choosing the GPU or numba's simulator, and explaining failures."""
+
+import subprocess
+import sys
+
+import pytest
+
+from gpucourse import kernels
+
+
+def _choose_in_fresh_process(env_setup: str) -> str:
+    """Run use_gpu_or_simulator in a new interpreter (numba decides once per process)."""
+    code = f"import os\n{env_setup}\nfrom gpucourse import kernels\nmode = kernels.use_gpu_or_simulator()\nprint('SIM', mode.simulator, kernels.simulator_active())"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def test_cpu_request_chooses_the_simulator_and_says_why():
+    out = _choose_in_fresh_process("os.environ['GPUCOURSE_DEVICE'] = 'cpu'; os.environ.pop('NUMBA_ENABLE_CUDASIM', None)")
+    assert "SIM True True" in out
+    assert "GPUCOURSE_DEVICE=cpu" in out and "simulator" in out
+
+
+def test_an_explicit_simulator_setting_is_respected():
+    out = _choose_in_fresh_process("os.environ['NUMBA_ENABLE_CUDASIM'] = '1'")
+    assert "SIM True True" in out and "NUMBA_ENABLE_CUDASIM=1 is set" in out
+
+
+def test_after_numba_cuda_is_imported_the_mode_is_reported_not_changed():
+    out = _choose_in_fresh_process(
+        "os.environ['NUMBA_ENABLE_CUDASIM'] = '1'\nfrom numba import cuda\nos.environ['NUMBA_ENABLE_CUDASIM'] = '0'"
+    )
+    assert "SIM True True" in out and "already imported" in out and "restarts" in out
+
+
+@pytest.mark.parametrize(
+    "stderr",
+    [
+        "numba.cuda.cudadrv.driver.LinkerError: [222] Call to cuLinkAddData results in CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+        "CUDA Error: the provided PTX was compiled with an unsupported toolchain.",
+    ],
+)
+def test_the_colab_ptx_mismatch_is_explained(stderr):
+    message = kernels.explain_failure("Traceback ...\n" + stderr)
+    assert message == kernels.PTX_ADVICE
+    assert "nvidia-smi" in message and "restart" in message
+
+
+def test_other_failures_show_their_last_line():
+    assert kernels.explain_failure("Traceback\n  File x\nCudaSupportError: no driver\n") == (
+        "a test kernel failed on the GPU: CudaSupportError: no driver"
+    )
+    assert kernels.explain_failure("") == "a test kernel failed on the GPU: no error message"
+
+
+def test_kernel_resources_are_unavailable_in_the_simulator(simulated_cuda):
+    from sim_kernels import count_then_share
+
+    assert kernels.kernel_resources(count_then_share) is None
+
+
+@pytest.mark.parametrize("n, threads, cap, expected", [(1, 256, None, (1, 256)), (1000, 256, None, (4, 256)),
+                                                      (10**6, 128, 1024, (1024, 128)), (256, 256, None, (1, 256))])
+def test_launch_grid_covers_the_data(n, threads, cap, expected):
+    assert kernels.launch_grid(n, threads, cap) == expected
+
+
+def test_launch_grid_rejects_empty_launches():
+    with pytest.raises(ValueError, match="n >= 1"):
+        kernels.launch_grid(0)

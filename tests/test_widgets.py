@@ -1,0 +1,45 @@
+"""Tests of gpucourse.widgets: the occupancy calculator shows the model's numbers and follows its controls."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from gpucourse import sim, widgets  # noqa: E402
+
+
+def _controls(box):
+    rows = [child for child in box.children if type(child).__name__ == "HBox"]
+    return {control.description: control for row in rows for control in row.children}
+
+
+def _printed(box) -> str:
+    """The calculator's text (an HTML <pre> block under the controls)."""
+    import html
+
+    report = next(child for child in box.children if type(child).__name__ == "HTML")
+    return html.unescape(report.value.removeprefix("<pre>").removesuffix("</pre>"))
+
+
+def test_report_lists_the_result_and_every_limit():
+    text = widgets.occupancy_report("7.0", 128, 37, 0)
+    assert text.startswith(sim.occupancy("7.0", 128, 37, 0).describe())
+    assert "registers       12 blocks" in text and "warps           16 blocks" in text
+
+
+def test_calculator_updates_when_a_control_changes():
+    box = widgets.occupancy_calculator("T4", 256, 32, 0)
+    assert "T4: 4 blocks/SM" in _printed(box)
+    controls = _controls(box)
+    controls["registers/thread"].value = 65
+    assert "T4: 3 blocks/SM" in _printed(box) and "limited by registers" in _printed(box)
+    controls["GPU"].value = "A100"
+    assert _printed(box).startswith("A100:")
+
+
+def test_shared_memory_slider_follows_the_gpu_limit():
+    box = widgets.occupancy_calculator("A100", 256, 0, 100 * 1024)
+    controls = _controls(box)
+    controls["GPU"].value = "T4"
+    assert controls["shared B/block"].max == 64 * 1024
+    assert controls["shared B/block"].value <= 64 * 1024
+    assert "T4:" in _printed(box)
