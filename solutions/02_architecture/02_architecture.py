@@ -173,7 +173,7 @@ def check_block_sum(n, extra_blocks=0):
                        name=f"block sums of {n} elements in {blocks} blocks")
     if calls.available:  # counted in the simulator only
         assert calls["shared.array"] > 0, "block_sum_kernel never allocated a shared array (cuda.shared.array)"
-        assert calls["syncthreads"] >= blocks * SUM_BLOCK, "every thread must wait at cuda.syncthreads() after loading"
+        assert calls["syncthreads"] >= blocks * SUM_BLOCK, "every thread must wait at a barrier (syncthreads) after loading its value"
 
 
 check_block_sum(150)
