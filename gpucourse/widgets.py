@@ -24,9 +24,9 @@ def occupancy_calculator(gpu: str = "T4", threads_per_block: int = 256, register
     the limiting resource, and occupancy against block size for the same kernel."""
     import ipywidgets as widgets
     import matplotlib.pyplot as plt
+    from IPython.display import display
 
-    choices = list(gpu_specs.GPUS) + [cc for cc in gpu_specs.SM_LIMITS if cc not in
-                                      {spec.compute_capability for spec in gpu_specs.GPUS.values()}]
+    choices = list(gpu_specs.GPUS) + list(gpu_specs.SM_LIMITS)  # cards, then compute capabilities
     controls = {
         "gpu": widgets.Dropdown(options=choices, value=gpu, description="GPU"),
         "threads_per_block": widgets.IntSlider(value=threads_per_block, min=32, max=1024, step=32, description="threads/block"),
@@ -51,7 +51,7 @@ def occupancy_calculator(gpu: str = "T4", threads_per_block: int = 256, register
             curve = sim.occupancy_by_block_size(values["gpu"], values["registers_per_thread"], values["shared_mem_per_block"])
             fig, ax = plt.subplots(figsize=(7, 3.2))
             plots.occupancy_by_block_size(ax, curve, current=values["threads_per_block"])
-            plt.show()
+            display(_png(fig))  # a PNG whatever matplotlib's backend: plt.show() draws nothing under Agg
             plt.close(fig)
 
     for control in controls.values():
@@ -59,3 +59,13 @@ def occupancy_calculator(gpu: str = "T4", threads_per_block: int = 256, register
     redraw()
     return widgets.VBox([widgets.HBox([controls["gpu"], controls["threads_per_block"]]),
                          widgets.HBox([controls["registers_per_thread"], controls["shared_mem_per_block"]]), report, figure])
+
+
+def _png(fig):
+    import io
+
+    from IPython.display import Image
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=96, bbox_inches="tight")
+    return Image(data=buffer.getvalue(), format="png")

@@ -30,11 +30,12 @@ mkdir -p "$GPUCOURSE_EXECUTED_DIR"
     echo "# GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
     "$python" -c 'import torch, gpucourse; print("torch", torch.__version__, "| course device:", gpucourse.describe())' 2>&1
+    "$python" -c 'from gpucourse import kernels; kernels.use_gpu_or_simulator()' 2>&1
 } | tee "$report/report.md"
 
 missing=$("$python" - <<'PY'
 import importlib.util
-names = ["torch", "numpy", "matplotlib", "pytest", "nbformat", "nbclient", "jupytext", "nbgrader", "ipykernel"]
+names = ["torch", "numpy", "matplotlib", "pytest", "nbformat", "nbclient", "jupytext", "nbgrader", "ipykernel", "numba", "numba_cuda", "ipywidgets"]
 print(" ".join(n for n in names if importlib.util.find_spec(n) is None))
 PY
 )

@@ -9,6 +9,7 @@ import pytest
 
 from autograder import harness, skeleton
 from autograder.build import REPO_ROOT
+from gpucourse import devices
 
 SOURCE = REPO_ROOT / "solutions" / "02_architecture" / "02_architecture.ipynb"
 RELEASE = REPO_ROOT / "assignments" / "02_architecture" / "02_architecture.ipynb"
@@ -67,18 +68,20 @@ def _with_answer(grade_id, code):
     return notebook
 
 
-def test_reference_passes_every_item_but_the_gpu_one(tmp_path):
+def test_reference_passes_every_item(tmp_path):
+    """Full marks on a GPU; on a CPU the GPU-only speed item waits for a regrade."""
     result = _grade(nbformat.read(SOURCE, as_version=4), tmp_path)
     outcomes = {item.grade_id: item.outcome for item in result.items}
-    assert outcomes.pop("test_launch_speed") == "needs_gpu"  # CI has no GPU
+    on_gpu = devices.device_class() == "cuda"
+    assert outcomes.pop("test_launch_speed") == ("passed" if on_gpu else "needs_gpu")
     assert set(outcomes.values()) == {"passed"}, outcomes
-    assert result.score == 13
+    assert result.score == (15 if on_gpu else 13)
 
 
 def test_untouched_release_earns_nothing(tmp_path):
     result = _grade(nbformat.read(RELEASE, as_version=4), tmp_path)
     assert result.score == 0
-    assert {item.outcome for item in result.items} == {"failed", "needs_gpu"}
+    assert {item.outcome for item in result.items} <= {"failed", "needs_gpu"}
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

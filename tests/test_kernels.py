@@ -69,3 +69,17 @@ def test_launch_grid_covers_the_data(n, threads, cap, expected):
 def test_launch_grid_rejects_empty_launches():
     with pytest.raises(ValueError, match="n >= 1"):
         kernels.launch_grid(0)
+
+
+def test_kernel_resources_on_a_gpu():
+    """On a GPU, numba reports the registers and shared memory the compiler gave a kernel."""
+    mode = kernels.use_gpu_or_simulator(verbose=False)
+    if mode.simulator:
+        pytest.skip("needs a CUDA GPU (numba runs in its simulator here)")
+    import numpy as np
+    from sim_kernels import count_then_share
+
+    count_then_share[2, 32](np.zeros(64, np.int32), np.zeros(3, np.int32), np.zeros(2))
+    resources = kernels.kernel_resources(count_then_share)
+    assert resources.registers_per_thread > 0
+    assert resources.shared_mem_per_block >= 32 * 8  # its shared array of 32 float64

@@ -43,3 +43,30 @@ def test_shared_memory_slider_follows_the_gpu_limit():
     assert controls["shared B/block"].max == 64 * 1024
     assert controls["shared B/block"].value <= 64 * 1024
     assert "T4:" in _printed(box)
+
+
+def test_calculator_renders_as_a_widget_in_a_jupyter_kernel():
+    """In a real kernel the calculator is a widget view, its state has the model's text, and its
+    figure is drawn into the widget's output area."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "from gpucourse import widgets\nwidgets.occupancy_calculator('7.0', 128, 37, 0)")])
+    NotebookClient(notebook, timeout=120, kernel_name="python3", store_widget_state=True).execute()
+    [output] = notebook.cells[0].outputs
+    assert "application/vnd.jupyter.widget-view+json" in output["data"]
+    states = notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    texts = [s["state"].get("value", "") for s in states.values() if s["model_name"] == "HTMLModel"]
+    assert any("12 blocks/SM" in text and "75% occupancy" in text for text in texts)
+    figures = [o for s in states.values() if s["model_name"] == "OutputModel" for o in s["state"].get("outputs", [])]
+    assert any("image/png" in o.get("data", {}) for o in figures), "the occupancy plot was not drawn in the widget"
+
+
+def test_jupyterlab_has_the_widget_extension():
+    import subprocess
+    import sys
+
+    listing = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"], capture_output=True, text=True, timeout=120)
+    text = listing.stdout + listing.stderr
+    assert "@jupyter-widgets/jupyterlab-manager" in text and "enabled" in text
