@@ -244,12 +244,13 @@ def launch_figure(ax, n_elements: int, blocks: int, threads_per_block: int, *, g
             ax.axvline(boundary, color="black", lw=1, linestyle=":")
     ax.set_xlim(0, total_threads)
     ax.set_ylim(0, rows)
-    ax.set_yticks([rows - 0.5 - r for r in range(rows)], [f"pass {r}" for r in range(rows)])
+    row_names = [f"pass {r}" for r in range(rows)] if grid_stride else [f"elements {r * total_threads}+" for r in range(rows)]
+    ax.set_yticks([rows - 0.5 - r for r in range(rows)], row_names)
     ax.set_xlabel("global thread index (blockIdx.x · blockDim.x + threadIdx.x)")
     loop = "grid-stride loop" if grid_stride else "one element per thread"
     ax.set_title(f"{n_elements} elements, {blocks} blocks × {threads_per_block} threads, {loop}", fontsize=9)
     handles = [Patch(facecolor=cmap(b), edgecolor="black", label=f"block {b}") for b in range(min(blocks, 8))]
-    ax.legend(handles=handles, fontsize=7, loc="upper right", ncol=min(blocks, 4))
+    ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.005, 0.5), frameon=False)  # beside, not over, the cells
 
 
 def _cell(x: float, y: float, colour):

@@ -51,7 +51,7 @@ class Occupancy:
     def describe(self) -> str:
         return (
             f"{self.gpu}: {self.blocks_per_sm} blocks/SM, {self.active_warps} of {self.max_warps} warps "
-            f"({self.occupancy:.0%} occupancy), limited by {self.limiter.replace('_', ' ')} (modelled)"
+            f"({round(self.occupancy * 100, 1):g}% occupancy), limited by {self.limiter.replace('_', ' ')} (modelled)"
         )
 
 

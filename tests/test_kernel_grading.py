@@ -38,7 +38,7 @@ VARIANTS = {
     ), "test_saxpy", "values differ"),
     # No bounds check: the simulator catches the out-of-range write.
     "no_bounds": ("bias_relu_kernel", (
-        "@cuda.jit\ndef bias_relu_kernel(x, bias, out):\n    i, j = cuda.grid(2)\n    out[i, j] = max(x[i, j] + bias[j], 0.0)\n"
+        "@cuda.jit\ndef bias_relu_kernel(x, bias, out):\n    j, i = cuda.grid(2)\n    out[i, j] = max(x[i, j] + bias[j], 0.0)\n"
     ), "test_bias_relu", "IndexError"),
     # An occupancy answer as a dataclass with a property: a valid answer the grader must read.
     "dataclass": ("occupancy", (

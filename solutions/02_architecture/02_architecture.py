@@ -83,7 +83,8 @@ check_saxpy(4099, 5, 96)
 # ## Question 2: a 2-D kernel (2 points)
 #
 # Write `bias_relu_kernel(x, bias, out)`: `out[i, j] = max(x[i, j] + bias[j], 0)` for a matrix `x` of shape `(rows, cols)` and a `bias` of shape `(cols,)`.
-# It is launched on a 2-D grid with one thread per element: `i, j = cuda.grid(2)` gives the row from the grid's x dimension and the column from its y dimension.
+# It is launched on a 2-D grid with one thread per element, the grid's x dimension along the columns and y along the rows, as in the lecture: `j, i = cuda.grid(2)` gives the column `j` and the row `i`.
+# (Neighbouring threads of a warp then touch neighbouring addresses of a row, which module 03 shows is what memory wants.)
 # The matrix's sides are not multiples of the block's, so some threads fall outside it: they must do nothing.
 #
 # About 4 lines.
@@ -93,7 +94,7 @@ check_saxpy(4099, 5, 96)
 def bias_relu_kernel(x, bias, out):
     """out[i, j] = max(x[i, j] + bias[j], 0); x, out: (rows, cols), bias: (cols,); one thread per element."""
     ### BEGIN SOLUTION
-    i, j = cuda.grid(2)
+    j, i = cuda.grid(2)
     if i < x.shape[0] and j < x.shape[1]:
         out[i, j] = max(x[i, j] + bias[j], 0.0)
     ### END SOLUTION
@@ -104,10 +105,11 @@ def bias_relu_kernel(x, bias, out):
 
 
 def check_bias_relu(rows, cols, block=(8, 8), dtype=np.float32):
+    """block: (threads along columns, threads along rows)."""
     x = rng.standard_normal((rows, cols)).astype(dtype)
     bias = rng.standard_normal(cols).astype(dtype)
     out = np.full((rows, cols), np.nan, dtype=dtype)
-    grid = (math.ceil(rows / block[0]), math.ceil(cols / block[1]))
+    grid = (math.ceil(cols / block[0]), math.ceil(rows / block[1]))
     bias_relu_kernel[grid, block](x, bias, out)
     check.assert_close(out, np.maximum(x + bias, 0), name=f"bias_relu on a {rows}×{cols} matrix with {block} blocks")
 
@@ -115,9 +117,9 @@ def check_bias_relu(rows, cols, block=(8, 8), dtype=np.float32):
 check_bias_relu(37, 21)
 ### BEGIN HIDDEN TESTS
 check_bias_relu(1, 1)
-check_bias_relu(1, 45, block=(1, 32))
-check_bias_relu(33, 3, block=(16, 4), dtype=np.float64)
-check_bias_relu(9, 70, block=(4, 16))
+check_bias_relu(1, 45, block=(32, 1))
+check_bias_relu(33, 3, block=(4, 16), dtype=np.float64)
+check_bias_relu(9, 70, block=(16, 4))
 ### END HIDDEN TESTS
 
 # %% [markdown]
