@@ -75,12 +75,18 @@ def probe_gpu(timeout: float = 120.0) -> tuple[bool, str]:
     return False, explain_failure(run.stderr)
 
 
+TOOLKIT_ADVICE = (
+    "numba-cuda needs CUDA libraries that match the driver: if `nvidia-smi` reports CUDA 12.x, "
+    "run `pip install \"numba-cuda[cu12]\"` (13.x: `[cu13]`) and restart the kernel."
+)
+
+
 def explain_failure(error_text: str) -> str:
-    """A student-readable reason for a failed GPU kernel launch."""
+    """A student-readable reason for a failed GPU kernel launch, with the usual fix."""
     if "UNSUPPORTED_PTX_VERSION" in error_text or "unsupported toolchain" in error_text:
         return PTX_ADVICE
     lines = [line.strip() for line in error_text.strip().splitlines() if line.strip()]
-    return f"a test kernel failed on the GPU: {lines[-1] if lines else 'no error message'}"
+    return f"a test kernel failed on the GPU: {lines[-1] if lines else 'no error message'}. {TOOLKIT_ADVICE}"
 
 
 def _gpu_visible() -> tuple[bool, str]:
