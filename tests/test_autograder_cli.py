@@ -13,10 +13,10 @@ from gpucourse import cli as student_cli
 ASSIGNMENT = "01_gpu_basics"
 
 
-def make_course(repo_root, target, *, gpu_only_speed=False):
+def make_course(repo_root, target, *, gpu_only_speed=False, assignment=ASSIGNMENT):
     shutil.copy2(repo_root / "nbgrader_config.py", target / "nbgrader_config.py")
     for folder in ("solutions", "assignments"):
-        shutil.copytree(repo_root / folder / ASSIGNMENT, target / folder / ASSIGNMENT)
+        shutil.copytree(repo_root / folder / assignment, target / folder / assignment)
     if gpu_only_speed:  # pretend the speed item can only be judged on a GPU
         path = target / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
         notebook = nbformat.read(path, as_version=4)
@@ -27,10 +27,10 @@ def make_course(repo_root, target, *, gpu_only_speed=False):
     return target
 
 
-def make_submissions(repo_root, target, students):
+def make_submissions(repo_root, target, students, assignment=ASSIGNMENT):
     for student, origin in students.items():
         (target / student).mkdir(parents=True)
-        shutil.copy2(repo_root / origin / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", target / student / f"{ASSIGNMENT}.ipynb")
+        shutil.copy2(repo_root / origin / assignment / f"{assignment}.ipynb", target / student / f"{assignment}.ipynb")
     return target
 
 

@@ -94,3 +94,26 @@ def test_each_wrong_answer_loses_exactly_its_item(variant, tmp_path):
         return
     assert list(failed) == [broken_item], failed
     assert reason in failed[broken_item]
+
+
+def test_instructor_cli_records_kernel_grades_and_gpu_regrades(tmp_path, capsys):
+    """Through the CLI and nbgrader's gradebook: the speed item waits for a GPU, the rest is scored."""
+    import csv
+
+    from autograder import cli
+    from test_autograder_cli import make_course, make_submissions
+
+    assignment = "02_architecture"
+    (tmp_path / "course").mkdir()
+    course = make_course(REPO_ROOT, tmp_path / "course", assignment=assignment)
+    submissions = make_submissions(REPO_ROOT, tmp_path / "subs", {"alice": "solutions", "bob": "assignments"}, assignment=assignment)
+    assert cli.main(["--course", str(course), "grade", assignment, str(submissions)]) == 0
+    printed = capsys.readouterr().out
+    on_gpu = devices.device_class() == "cuda"
+    alice = next(line for line in printed.splitlines() if line.startswith("alice "))
+    assert alice.split()[1] == ("15/15" if on_gpu else "13/15"), printed
+    assert on_gpu or "test_launch_speed" in alice, "the GPU-only item is listed for a regrade"
+    assert cli.main(["--course", str(course), "export", "--to", str(course / "grades.csv")]) == 0
+    with open(course / "grades.csv") as handle:
+        rows = {row["student_id"]: float(row["raw_score"]) for row in csv.DictReader(handle)}
+    assert rows == {"alice": 15.0 if on_gpu else 13.0, "bob": 0.0}
