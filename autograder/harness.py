@@ -220,12 +220,15 @@ class KernelLaunch:
     def __call__(self, *args):
         worker = self.kernel.worker
         worker.ensure_started()
-        message = ("launch", self.kernel.name, self.config, worker.marshal(args), sim.recording())
+        message = ("launch", self.kernel.name, self.config, worker.marshal(args), sim.open_kinds())
         reply = _result(self.kernel.name, worker.request(message, self.kernel.item_deadline()))
-        if not isinstance(reply, dict) or not isinstance(reply.get("calls"), dict):
+        if not isinstance(reply, dict) or not isinstance(reply.get("observed"), dict):
             raise StudentError(f"{self.kernel.name}: the launch did not report back")
         _copy_back(self.kernel.name, args, reply.get("arrays"))
-        sim.add_recorded_calls({str(name): int(count) for name, count in reply["calls"].items()})
+        try:
+            sim.absorb(reply["observed"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise StudentError(f"{self.kernel.name}: what the launch reported is malformed ({error})") from None
 
 
 def _copy_back(name: str, args, arrays_after) -> None:

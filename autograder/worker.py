@@ -9,7 +9,8 @@ and it never decides a grade: it only returns values, which the harness checks.
 from __future__ import annotations
 
 import builtins
-import contextlib
+import itertools
+import linecache
 import sys
 import threading
 import traceback
@@ -111,6 +112,7 @@ class Worker:
         self._synchronize = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
         self._set_threads = torch.set_num_threads
         self._forbidden = check.forbidden
+        self._cells = itertools.count(1)
         self._threads = torch.get_num_threads()
 
     def send(self, *message) -> None:
@@ -132,7 +134,11 @@ class Worker:
                 self.send("raise", type(error).__name__, _describe(error))
 
     def do_exec(self, source: str) -> None:
-        code = compile(_transform_magics(source), "<student cell>", "exec")
+        source = _transform_magics(source)
+        filename = f"<student cell {next(self._cells)}>"
+        # Known to linecache, so tracebacks and the kernel tracer can show the student's lines.
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        code = compile(source, filename, "exec")
         exec(code, self.namespace)  # noqa: S102 - running the student's code is the point
         self.send("ok")
 
@@ -154,16 +160,16 @@ class Worker:
             result = self.namespace[name](*self._bind(args), **self._bind(kwargs))
         self.send("return", to_plain(result))
 
-    def do_launch(self, name: str, config, args, record: bool = False) -> None:
+    def do_launch(self, name: str, config, args, observers=()) -> None:
         """Launch a ``@cuda.jit`` kernel; send back its array arguments as they are after it,
-        and, when the test records them, the intrinsics its threads called (simulator only)."""
+        and what the observers the test has open (counts, traces) saw of it (simulator only)."""
         self._set_threads(self._threads)
         args = self._bind(args)
-        with sim.record_kernel_calls() if record else contextlib.nullcontext() as calls:
+        with sim.observing(observers) as watching:
             self.namespace[name][config](*args)
             self._synchronize()
         arrays = [to_plain(arg) if isinstance(arg, np.ndarray) else None for arg in args]
-        self.send("return", {"arrays": arrays, "calls": dict(calls) if record else {}})
+        self.send("return", {"arrays": arrays, "observed": {kind: to_plain(o.export()) for kind, o in watching.items()}})
 
     def do_load_block(self, name: str, calls) -> None:
         self.block = (self.namespace[name], [self._bind(args) for args in calls])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import math
+import sys
 import types
 
 import numpy as np
@@ -91,9 +92,21 @@ def forbidden_modules() -> tuple[str, ...]:
     return tuple(_FORBIDDEN)
 
 
+def _functions_of(package: str) -> list[types.FunctionType]:
+    """Every plain function defined in a module or a package's modules (methods excepted)."""
+    functions = {}
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == package or name.startswith(package + ".")):
+            continue
+        for value in vars(module).values():
+            if isinstance(value, types.FunctionType) and value.__module__ == name and not value.__code__.co_freevars:
+                functions[id(value)] = value
+    return list(functions.values())
+
+
 @contextlib.contextmanager
 def forbidden(*module_names: str):
-    """Within the block, every function of these modules raises instead of running.
+    """Within the block, every function of these modules (and of their submodules) raises instead of running.
 
     A hidden test uses it to make sure an answer stands on its own, e.g. that a student's
     ``occupancy`` does not just call ``gpucourse.sim.occupancy``. The functions' code is
@@ -103,11 +116,10 @@ def forbidden(*module_names: str):
     saved = []
     try:
         for module_name in module_names:
-            module = importlib.import_module(module_name)
-            for value in vars(module).values():
-                if isinstance(value, types.FunctionType) and value.__module__ == module_name and not value.__code__.co_freevars:
-                    saved.append((value, value.__code__))
-                    value.__code__ = _switched_off.__code__
+            importlib.import_module(module_name)
+            for function in _functions_of(module_name):
+                saved.append((function, function.__code__))
+                function.__code__ = _switched_off.__code__
         _FORBIDDEN.extend(module_names)
         yield
     finally:

@@ -254,12 +254,92 @@ def launch_figure(ax, n_elements: int, blocks: int, threads_per_block: int, *, g
 
 
 def _cell(x: float, y: float, colour):
-    from matplotlib.patches import Rectangle
-
-    return Rectangle((x, y), 1, 1, facecolor=colour, edgecolor="0.4", lw=0.5)
+    return _box(x, y, 1, 1, colour)
 
 
 def _block_colours(blocks: int):
     import matplotlib
 
     return matplotlib.colormaps["tab10" if blocks <= 10 else "tab20"]
+
+
+def warp_sectors(ax, addresses, *, bytes_per_lane: int = 4, sector_bytes: int = 32, title: str | None = None):
+    """One warp request drawn: each active lane's bytes and the 32-byte sectors they fall in (modelled).
+
+    addresses: byte addresses of the active lanes (lane k first). Touched sectors are shaded,
+    the bytes lanes asked for are dark; the title gives sectors and efficiency.
+    """
+    from .sim import memory
+
+    addresses = list(addresses)
+    if not addresses:
+        raise ValueError("no active lanes to draw")
+    sectors = sorted(memory.touched_units(addresses, bytes_per_lane, sector_bytes))
+    column = {sector: index for index, sector in enumerate(sectors)}  # touched sectors side by side, gaps elided
+    for sector, index in column.items():
+        ax.add_patch(_box(index * sector_bytes, 0, sector_bytes, 1, "#dbe9f6"))
+    for lane, address in enumerate(addresses):
+        sector = address // sector_bytes
+        x = column[sector] * sector_bytes + address % sector_bytes
+        ax.add_patch(_box(x, 0, bytes_per_lane, 1, "C0", edge="none"))
+        ax.plot([lane * len(sectors) * sector_bytes / max(len(addresses), 1) + 2, x + bytes_per_lane / 2], [2, 1],
+                color="0.5", lw=0.6)
+    ax.set_xlim(0, len(sectors) * sector_bytes)
+    ax.set_ylim(-0.3, 2.3)
+    ax.set_yticks([0.5, 2], ["sectors\n(32 B)", "lanes"])
+    ax.set_xticks([index * sector_bytes for index in range(len(sectors))], [f"{s * sector_bytes}" for s in sectors],
+                  fontsize=6, rotation=90)
+    ax.set_xlabel("byte address of each touched sector (untouched ones left out)")
+    efficiency = memory.load_efficiency(addresses, bytes_per_lane, sector_bytes)
+    ax.set_title(title or f"{len(addresses)} lanes × {bytes_per_lane} B: {len(sectors)} sectors, "
+                 f"{efficiency:.0%} of moved bytes used (modelled)", fontsize=9)
+
+
+def bank_map(ax, word_addresses, *, banks: int = 32, title: str | None = None):
+    """Shared-memory banks of one warp request: a column per bank, a row per distinct word it must serve (modelled)."""
+    from .sim import memory
+
+    words_by_bank: dict[int, list[int]] = {}
+    lanes_by_word: dict[int, list[int]] = {}
+    for lane, word in enumerate(word_addresses):
+        lanes_by_word.setdefault(word, []).append(lane)
+        if word not in words_by_bank.setdefault(word % banks, []):
+            words_by_bank[word % banks].append(word)
+    degree = memory.bank_conflict_degree(word_addresses, banks)
+    for bank, words in words_by_bank.items():
+        for depth, word in enumerate(words):
+            ax.add_patch(_box(bank, depth, 1, 1, "C3" if depth else "C2"))
+            lanes = lanes_by_word[word]
+            ax.text(bank + 0.5, depth + 0.5, str(lanes[0]) + ("+" if len(lanes) > 1 else ""), ha="center", va="center", fontsize=6)
+    ax.set_xlim(0, banks)
+    ax.set_ylim(0, max(degree, 1))
+    ax.set_xlabel("bank (word address mod 32); cells: the lane reading it, + for a broadcast to several")
+    ax.set_ylabel("replay")
+    ax.set_title(title or f"bank-conflict degree {degree} (modelled)", fontsize=9)
+
+
+def active_masks(ax, lane_paths, path_cost, *, title: str | None = None):
+    """A warp through a branch: each distinct path runs in turn, its lanes active, the others masked (modelled)."""
+    from .sim import simt
+
+    start = 0
+    order = list(dict.fromkeys(path for path in lane_paths if path is not None))
+    for index, path in enumerate(order):
+        cost = path_cost[path]
+        for lane, taken in enumerate(lane_paths):
+            ax.add_patch(_box(start, lane, cost, 1, f"C{index}" if taken == path else "0.9", edge="none"))
+        ax.text(start + cost / 2, len(lane_paths) + 0.5, str(path), ha="center", va="bottom", fontsize=8)
+        start += cost
+    ax.set_xlim(0, max(start, 1))
+    ax.set_ylim(0, len(lane_paths) + 2)
+    ax.invert_yaxis()
+    ax.set_xlabel("cycles")
+    ax.set_ylabel("lane")
+    efficiency = simt.simt_efficiency(lane_paths, path_cost) if start else 0.0
+    ax.set_title(title or f"{start} cycles, SIMT efficiency {efficiency:.0%} (modelled)", fontsize=9)
+
+
+def _box(x, y, width, height, colour, edge="0.4"):
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x, y), width, height, facecolor=colour, edgecolor=edge, lw=0.5)

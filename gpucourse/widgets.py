@@ -11,6 +11,36 @@ import html
 from . import gpu_specs, plots, sim
 
 
+def _explorer(controls: dict, draw, rows):
+    """Controls, a text report and a figure: ``draw(values, ax)`` returns the report text and
+    draws on ``ax``; both are redone whenever a control changes."""
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    for control in controls.values():
+        control.style = {"description_width": "120px"}
+    report, figure = widgets.HTML(), widgets.Output()
+
+    def redraw(_change=None):
+        values = {name: control.value for name, control in controls.items()}
+        fig, ax = plt.subplots(figsize=(8, 3.2))
+        try:
+            text = draw(values, ax)
+        except (ValueError, KeyError, SyntaxError, NameError, TypeError) as error:
+            text = f"cannot draw this: {error}"
+        report.value = f"<pre>{html.escape(text)}</pre>"
+        figure.clear_output(wait=True)
+        with figure:
+            display(_png(fig))  # a PNG whatever matplotlib's backend: plt.show() draws nothing under Agg
+        plt.close(fig)
+
+    for control in controls.values():
+        control.observe(redraw, names="value")
+    redraw()
+    return widgets.VBox([widgets.HBox([controls[name] for name in row]) for row in rows] + [report, figure])
+
+
 def occupancy_report(gpu: str, threads_per_block: int, registers_per_thread: int, shared_mem_per_block: int) -> str:
     """The calculator's text: the result and how many blocks each limit alone would allow."""
     result = sim.occupancy(gpu, threads_per_block, registers_per_thread, shared_mem_per_block)
@@ -23,42 +53,94 @@ def occupancy_calculator(gpu: str = "T4", threads_per_block: int = 256, register
     """An occupancy calculator: pick a GPU and a launch, see blocks/SM, warps, occupancy,
     the limiting resource, and occupancy against block size for the same kernel."""
     import ipywidgets as widgets
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
-    choices = list(gpu_specs.GPUS) + list(gpu_specs.SM_LIMITS)  # cards, then compute capabilities
     controls = {
-        "gpu": widgets.Dropdown(options=choices, value=gpu, description="GPU"),
+        "gpu": widgets.Dropdown(options=list(gpu_specs.GPUS) + list(gpu_specs.SM_LIMITS), value=gpu, description="GPU"),
         "threads_per_block": widgets.IntSlider(value=threads_per_block, min=32, max=1024, step=32, description="threads/block"),
         "registers_per_thread": widgets.IntSlider(value=registers_per_thread, min=0, max=255, description="registers/thread"),
-        "shared_mem_per_block": widgets.IntSlider(value=shared_mem_per_block, min=0, max=96 * 1024, step=512,
+        "shared_mem_per_block": widgets.IntSlider(value=shared_mem_per_block, min=0, max=227 * 1024, step=512,
                                                   description="shared B/block"),
     }
-    style = {"description_width": "120px"}
-    for control in controls.values():
-        control.style = style
-    report = widgets.HTML()
-    figure = widgets.Output()
 
-    def redraw(_change=None):
-        values = {name: control.value for name, control in controls.items()}
-        limits = gpu_specs.sm_limits(values["gpu"])
-        controls["shared_mem_per_block"].max = limits.max_shared_mem_per_block
+    def draw(values, ax):
+        controls["shared_mem_per_block"].max = gpu_specs.sm_limits(values["gpu"]).max_shared_mem_per_block
         values["shared_mem_per_block"] = controls["shared_mem_per_block"].value
-        report.value = f"<pre>{html.escape(occupancy_report(**values))}</pre>"
-        figure.clear_output(wait=True)
-        with figure:
-            curve = sim.occupancy_by_block_size(values["gpu"], values["registers_per_thread"], values["shared_mem_per_block"])
-            fig, ax = plt.subplots(figsize=(7, 3.2))
-            plots.occupancy_by_block_size(ax, curve, current=values["threads_per_block"])
-            display(_png(fig))  # a PNG whatever matplotlib's backend: plt.show() draws nothing under Agg
-            plt.close(fig)
+        curve = sim.occupancy_by_block_size(values["gpu"], values["registers_per_thread"], values["shared_mem_per_block"])
+        plots.occupancy_by_block_size(ax, curve, current=values["threads_per_block"])
+        return occupancy_report(**values)
 
-    for control in controls.values():
-        control.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([widgets.HBox([controls["gpu"], controls["threads_per_block"]]),
-                         widgets.HBox([controls["registers_per_thread"], controls["shared_mem_per_block"]]), report, figure])
+    return _explorer(controls, draw, [("gpu", "threads_per_block"), ("registers_per_thread", "shared_mem_per_block")])
+
+
+def coalescing_report(stride: int, offset: int, element_bytes: int, active_lanes: int) -> str:
+    addresses = sim.warp_addresses(stride, offset, element_bytes, range(active_lanes))
+    return (f"lane k reads element {offset} + {stride}·k ({element_bytes} B each), {active_lanes} lanes active:\n"
+            f"  {sim.sectors_per_request(addresses, element_bytes)} sectors of 32 B, "
+            f"{sim.lines_per_request(addresses, element_bytes)} lines of 128 B, "
+            f"{sim.load_efficiency(addresses, element_bytes):.0%} of the moved bytes used (modelled)")
+
+
+def coalescing_explorer(stride: int = 1, offset: int = 0, element_bytes: int = 4, active_lanes: int = 32):
+    """Pick a stride, an offset, an element size and how many lanes are active; see the warp's
+    lanes mapped onto 32-byte sectors and the efficiency of the request."""
+    import ipywidgets as widgets
+
+    controls = {
+        "stride": widgets.IntSlider(value=stride, min=0, max=64, description="stride (elements)"),
+        "offset": widgets.IntSlider(value=offset, min=0, max=64, description="offset (elements)"),
+        "element_bytes": widgets.Dropdown(options=[1, 2, 4, 8, 16], value=element_bytes, description="element bytes"),
+        "active_lanes": widgets.IntSlider(value=active_lanes, min=1, max=32, description="active lanes"),
+    }
+
+    def draw(values, ax):
+        addresses = sim.warp_addresses(values["stride"], values["offset"], values["element_bytes"], range(values["active_lanes"]))
+        plots.warp_sectors(ax, addresses, bytes_per_lane=values["element_bytes"])
+        return coalescing_report(**values)
+
+    return _explorer(controls, draw, [("stride", "offset"), ("element_bytes", "active_lanes")])
+
+
+def branch_paths(condition: str, warp: int = 0, warp_size: int = 32) -> list[str]:
+    """The path ("if" or "else") each lane of ``warp`` takes for a condition over ``lane``,
+    ``warp`` and ``tid`` (the thread's index in the block), e.g. ``"lane % 2 == 0"``."""
+    code = compile(condition, "<branch condition>", "eval")
+    allowed = {"lane", "warp", "tid"}
+    unknown = set(code.co_names) - allowed
+    if unknown:
+        raise NameError(f"the condition may use {', '.join(sorted(allowed))}, not {', '.join(sorted(unknown))}")
+    return ["if" if eval(code, {"__builtins__": {}}, {"lane": lane, "warp": warp, "tid": warp * warp_size + lane})  # noqa: S307
+            else "else" for lane in range(warp_size)]
+
+
+def divergence_report(condition: str, warp: int, if_cost: int, else_cost: int) -> str:
+    paths = branch_paths(condition, warp)
+    cost = {"if": if_cost, "else": else_cost}
+    masks = sim.active_masks(paths)
+    lines = [f"warp {warp}, branch `if {condition}`:"]
+    lines += [f"  {path:<4} mask {mask:032b} ({bin(mask).count('1')} lanes)" for path, mask in masks.items()]
+    lines.append(f"  {sim.warp_cycles(paths, cost)} cycles (uniform warp: {max(cost[p] for p in masks)}), "
+                 f"SIMT efficiency {sim.simt_efficiency(paths, cost):.0%} (modelled)")
+    return "\n".join(lines)
+
+
+def divergence_explorer(condition: str = "lane % 2 == 0", warp: int = 0, if_cost: int = 10, else_cost: int = 10):
+    """Type a branch condition over ``lane``, ``warp`` and ``tid``; see each path's active
+    mask, what the warp pays in cycles and its SIMT efficiency."""
+    import ipywidgets as widgets
+
+    controls = {
+        "condition": widgets.Text(value=condition, description="if condition", continuous_update=False),
+        "warp": widgets.IntSlider(value=warp, min=0, max=31, description="warp"),
+        "if_cost": widgets.IntSlider(value=if_cost, min=0, max=50, description="cycles of if"),
+        "else_cost": widgets.IntSlider(value=else_cost, min=0, max=50, description="cycles of else"),
+    }
+
+    def draw(values, ax):
+        paths = branch_paths(values["condition"], values["warp"])
+        plots.active_masks(ax, paths, {"if": values["if_cost"], "else": values["else_cost"]})
+        return divergence_report(**values)
+
+    return _explorer(controls, draw, [("condition", "warp"), ("if_cost", "else_cost")])
 
 
 def _png(fig):

@@ -15,3 +15,58 @@ def count_then_share(values, bins, out):
     cuda.syncthreads()
     if t == 0:
         out[cuda.blockIdx.x] = shared[0] + shared[31]
+
+
+@cuda.jit
+def copy_strided(x, out, stride, offset):
+    """out[i] = x[offset + i * stride]: one load and one store per thread."""
+    i = cuda.grid(1)
+    out[i] = x[offset + i * stride]
+
+
+@cuda.jit
+def read_tile_column(out, width):
+    """Each lane of a warp reads row `lane` of column 0 of a 32 × width float32 tile."""
+    tile = cuda.shared.array((32, 33), np.float32)
+    t = cuda.threadIdx.x
+    tile[t, t % width] = t
+    cuda.syncthreads()
+    out[t] = tile[t, 0] if width == 32 else tile[t, 1] * 0 + tile[t, 0]
+
+
+@cuda.jit
+def read_shared_words(out, words):
+    """Lane k reads word words[k] of a shared float32 array (any access pattern)."""
+    buffer = cuda.shared.array(1024, np.float32)
+    t = cuda.threadIdx.x
+    buffer[t] = t
+    cuda.syncthreads()
+    out[t] = buffer[words[t]]
+
+
+@cuda.jit
+def read_shared_doubles(out):
+    buffer = cuda.shared.array(32, np.float64)
+    t = cuda.threadIdx.x
+    buffer[t] = t
+    out[t] = buffer[t]
+
+
+@cuda.jit
+def even_odd(x, out):
+    """Divergent within every warp: even and odd lanes take different paths."""
+    i = cuda.grid(1)
+    if i % 2 == 0:
+        out[i] = x[i] * 2
+    else:
+        out[i] = x[i] + 1
+
+
+@cuda.jit
+def warp_uniform(x, out):
+    """The same two paths, chosen per warp: no lane of a warp waits for the other path."""
+    i = cuda.grid(1)
+    if (i // 32) % 2 == 0:
+        out[i] = x[i] * 2
+    else:
+        out[i] = x[i] + 1

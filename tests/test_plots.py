@@ -153,3 +153,27 @@ def test_occupancy_plot_colours_points_by_limiter(ax):
     assert ax.get_ylim() == (0, 1.05)
     with pytest.raises(ValueError):
         plots.occupancy_by_block_size(ax, {})
+
+
+def test_warp_sectors_shades_each_touched_sector(ax):
+    from gpucourse import sim
+
+    plots.warp_sectors(ax, sim.warp_addresses(2, offset=1))
+    assert "8 sectors" in ax.get_title() and "50%" in ax.get_title() and "modelled" in ax.get_title()
+    assert len(ax.patches) == 8 + 32  # the sectors, then a box per lane's bytes
+    with pytest.raises(ValueError):
+        plots.warp_sectors(ax, [])
+
+
+def test_bank_map_stacks_the_words_a_bank_must_serve(ax):
+    plots.bank_map(ax, [32 * k for k in range(4)] + [1, 1])
+    assert ax.get_title() == "bank-conflict degree 4 (modelled)"
+    assert len(ax.patches) == 5  # bank 0 serves four words, bank 1 one (a broadcast)
+    assert [text.get_text() for text in ax.texts] == ["0", "1", "2", "3", "4+"]  # lanes 4 and 5 share word 1
+
+
+def test_active_masks_draws_each_path_in_turn(ax):
+    paths = ["if"] * 8 + ["else"] * 24
+    plots.active_masks(ax, paths, {"if": 10, "else": 5})
+    assert ax.get_title() == "15 cycles, SIMT efficiency 42% (modelled)"
+    assert ax.get_xlim() == (0, 15) and len(ax.patches) == 2 * 32

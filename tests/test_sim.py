@@ -105,5 +105,5 @@ def test_record_kernel_calls_counts_what_simulated_threads_call(simulated_cuda):
 def test_recorded_calls_from_elsewhere_reach_every_open_recorder():
     with sim.record_kernel_calls() as outer, sim.record_kernel_calls() as inner:
         assert sim.recording()
-        sim.add_recorded_calls({"syncthreads": 5})
+        sim.absorb({"calls": {"syncthreads": 5}})
     assert outer["syncthreads"] == inner["syncthreads"] == 5 and outer["atomic.add"] == 0

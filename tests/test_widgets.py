@@ -70,3 +70,29 @@ def test_jupyterlab_has_the_widget_extension():
     listing = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"], capture_output=True, text=True, timeout=120)
     text = listing.stdout + listing.stderr
     assert "@jupyter-widgets/jupyterlab-manager" in text and "enabled" in text
+
+
+def test_coalescing_explorer_follows_its_controls():
+    box = widgets.coalescing_explorer()
+    assert "4 sectors of 32 B" in _printed(box) and "100% of the moved bytes" in _printed(box)
+    controls = _controls(box)
+    controls["stride (elements)"].value = 2
+    assert "8 sectors of 32 B" in _printed(box)
+    controls["offset (elements)"].value = 1
+    controls["stride (elements)"].value = 1
+    assert "5 sectors of 32 B" in _printed(box)
+
+
+def test_divergence_explorer_shows_masks_cycles_and_bad_conditions():
+    box = widgets.divergence_explorer("lane < 8", if_cost=10, else_cost=5)
+    text = _printed(box)
+    assert "mask 00000000000000000000000011111111 (8 lanes)" in text and "15 cycles" in text and "42%" in text
+    controls = _controls(box)
+    controls["if condition"].value = "warp % 2 == 0"
+    assert "10 cycles" in _printed(box) and "100%" in _printed(box)
+    controls["if condition"].value = "__import__('os')"
+    assert _printed(box).startswith("cannot draw this: the condition may use lane, tid, warp")
+
+
+def test_branch_paths_evaluates_lane_warp_and_tid():
+    assert widgets.branch_paths("tid >= 40", warp=1)[:10] == ["else"] * 8 + ["if"] * 2

@@ -1,6 +1,4 @@
-"""Teaching models of GPU hardware: what the course computes where it cannot measure.
-
-For now: occupancy, by the rules of NVIDIA's CUDA Occupancy Calculator. How many blocks of
+"""Occupancy, by the rules of NVIDIA's CUDA Occupancy Calculator. How many blocks of
 a kernel fit on one streaming multiprocessor (SM) at once is the smallest of four limits:
 
 * **warps**: an SM holds at most ``max_warps_per_sm`` warps (a block of T threads is
@@ -19,11 +17,9 @@ Every number these functions return is *modelled* for the GPU named, never measu
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from dataclasses import dataclass
 
-from .gpu_specs import SMLimits, sm_limits
+from ..gpu_specs import SMLimits, sm_limits
 
 LIMITERS = ("warps", "blocks", "registers", "shared_memory")  # ties go to the earlier one
 
@@ -130,93 +126,3 @@ def occupancy_by_block_size(gpu: str, registers_per_thread: int = 0, shared_mem_
     limits = sm_limits(gpu)
     sizes = block_sizes or range(limits.warp_size, limits.max_threads_per_block + 1, limits.warp_size)
     return {size: occupancy(gpu, size, registers_per_thread, shared_mem_per_block) for size in sizes}
-
-
-# -- what a simulated kernel did ------------------------------------------------------------
-
-# The simulator's stand-ins for CUDA intrinsics, counted by :func:`record_kernel_calls`:
-# (class in numba.cuda.simulator.kernelapi, method, name in the counts).
-_COUNTED = (
-    ("FakeCUDAAtomic", "add", "atomic.add"), ("FakeCUDAAtomic", "sub", "atomic.sub"),
-    ("FakeCUDAAtomic", "max", "atomic.max"), ("FakeCUDAAtomic", "min", "atomic.min"),
-    ("FakeCUDAAtomic", "inc", "atomic.inc"), ("FakeCUDAAtomic", "compare_and_swap", "atomic.compare_and_swap"),
-    ("FakeCUDAShared", "array", "shared.array"), ("FakeCUDAModule", "syncthreads", "syncthreads"),
-)
-_RECORDERS: list["KernelCalls"] = []  # the enclosing record_kernel_calls blocks, innermost last
-
-
-class KernelCalls(dict):
-    """Counts of CUDA intrinsics (``"atomic.add"``, ``"shared.array"``, ``"syncthreads"``, …)
-    called by all threads of the kernels launched in a :func:`record_kernel_calls` block.
-
-    ``available`` is False on a real GPU: compiled kernels cannot be counted from Python,
-    so a check built on these counts must not run there.
-    """
-
-    available: bool = True
-
-    def __missing__(self, name: str) -> int:
-        return 0
-
-    def add(self, counts: dict[str, int]) -> None:
-        for name, count in counts.items():
-            self[name] = self[name] + int(count)
-
-
-def recording() -> bool:
-    """True inside a :func:`record_kernel_calls` block (the autograder forwards it to the student's worker)."""
-    return bool(_RECORDERS)
-
-
-def add_recorded_calls(counts: dict[str, int]) -> None:
-    """Add counts measured elsewhere (in the student's worker) to the enclosing recorders."""
-    for recorder in _RECORDERS:
-        recorder.add(counts)
-
-
-@contextlib.contextmanager
-def record_kernel_calls():
-    """Count the intrinsics that simulated kernels call inside the block.
-
-    ``with record_kernel_calls() as calls: kernel[4, 64](x, out)`` then ``calls["syncthreads"]``
-    is how many times a thread reached a barrier. Works in numba's CUDA simulator only;
-    elsewhere ``calls.available`` is False and every count stays 0.
-    """
-    from .kernels import simulator_active
-
-    calls = KernelCalls()
-    calls.available = simulator_active()
-    outermost = not _RECORDERS
-    patched = _patch_simulator() if calls.available and outermost else []
-    _RECORDERS.append(calls)
-    try:
-        yield calls
-    finally:
-        del _RECORDERS[next(i for i, r in enumerate(_RECORDERS) if r is calls)]  # dicts: == is not identity
-        for owner, method, original in reversed(patched):
-            setattr(owner, method, original)
-
-
-def _patch_simulator() -> list:
-    """Wrap the simulator's intrinsics so each call counts in every open recorder."""
-    from numba.cuda.simulator import kernelapi
-
-    lock = threading.Lock()  # simulated threads are real Python threads
-    patched = []
-    for class_name, method, name in _COUNTED:
-        owner = getattr(kernelapi, class_name)
-        original = owner.__dict__.get(method)
-        if original is not None:
-            patched.append((owner, method, original))
-            setattr(owner, method, _counting(original, name, lock))
-    return patched
-
-
-def _counting(original, name: str, lock):
-    def counted(*args, **kwargs):
-        with lock:
-            for recorder in _RECORDERS:
-                recorder[name] = recorder[name] + 1
-        return original(*args, **kwargs)
-
-    return counted

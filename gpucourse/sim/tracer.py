@@ -1,0 +1,410 @@
+"""A kernel tracer: run a real numba-cuda kernel in the simulator and see what a GPU would do.
+
+Inside ``with trace() as t:``, every simulated launch is instrumented:
+
+* every element a thread reads or writes, in a kernel argument (global memory) or in a
+  ``cuda.shared.array``, is recorded with the thread's block, warp and lane, the instruction
+  that did it and how many times that thread had executed it before;
+* every source line a thread executes is recorded the same way.
+
+Lanes of one warp at the same instruction, the same number of times, form one *warp request*
+(memory) or one *issue slot* (lines): that is how SIMT hardware groups them. From those,
+:class:`Trace` counts 32-byte sectors per request, load/store efficiency, shared-memory
+bank-conflict degrees and SIMT efficiency, with the models of :mod:`.memory` and :mod:`.simt`.
+
+Modelling choices, stated so that nobody mistakes them for measurements:
+
+* each array argument starts at a 256-byte-aligned address, as ``cudaMalloc`` gives;
+  shared arrays are packed from offset 0 of the block's shared memory, 16-byte aligned;
+* one Python source line is one instruction (for SIMT efficiency);
+* bank conflicts are modelled for 4-byte elements; for other sizes the tracer says so
+  (``conflict_degree`` is None and a note is added) rather than guess;
+* no caches: every request is counted as it reaches L1.
+
+Only the simulator can be instrumented: on a real GPU ``available`` is False and nothing is
+recorded (time the kernel instead, or profile it with Nsight Compute).
+"""
+
+from __future__ import annotations
+
+import linecache
+import operator
+import os
+import sys
+import sysconfig
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from . import memory, simt
+from .observe import Observer, observe, open_observers
+
+ARRAY_ALIGNMENT = 1 << 20  # distinct arrays live far apart, each 256-byte (indeed 1 MiB) aligned
+SHARED_ALIGNMENT = 16
+
+
+@dataclass(frozen=True)
+class Request:
+    """One warp's memory access at one instruction (modelled from the simulator's trace)."""
+
+    space: str  # "global" or "shared"
+    kind: str  # "load" or "store"
+    source: str  # the source line that made it
+    line: int
+    block: tuple
+    warp: int
+    lanes: tuple
+    addresses: tuple  # byte addresses (shared: offsets into the block's shared memory)
+    itemsize: int
+
+    @property
+    def sectors(self) -> int:
+        return memory.sectors_per_request(self.addresses, self.itemsize)
+
+    @property
+    def requested_bytes(self) -> int:
+        return len({b for a in self.addresses for b in range(a, a + self.itemsize)})
+
+    @property
+    def efficiency(self) -> float:
+        return memory.load_efficiency(self.addresses, self.itemsize)
+
+    @property
+    def conflict_degree(self) -> int | None:
+        if self.itemsize != memory.BANK_BYTES:
+            return None
+        return memory.bank_conflict_degree(a // memory.BANK_BYTES for a in self.addresses)
+
+
+class Trace(Observer):
+    """What the kernels launched in a :func:`trace` block did, warp by warp."""
+
+    kind = "trace"
+
+    def __init__(self):
+        self._accesses = []  # (block, warp, lane, space, kind, site, occurrence, address, itemsize)
+        self._lines = []  # (block, warp, lane, site, occurrence)
+        self._requests: list[Request] = []
+        self._issues: list[tuple] = []  # (block, warp, site, active lanes)
+        self.notes: list[str] = []
+
+    # -- instrumentation --------------------------------------------------------------------
+    def start(self) -> None:
+        from numba.cuda.simulator import kernel as simulated
+        from numba.cuda.simulator import kernelapi
+        from numba.cuda.simulator.cudadrv import devicearray
+
+        self._saved = [(devicearray.FakeWithinKernelCUDAArray, name, getattr(devicearray.FakeWithinKernelCUDAArray, name))
+                       for name in ("__getitem__", "__setitem__")]
+        self._saved.append((kernelapi.FakeCUDAShared, "array", kernelapi.FakeCUDAShared.array))
+        self._saved.append((simulated.FakeCUDAKernel, "__call__", simulated.FakeCUDAKernel.__call__))
+        original_get, original_set, original_shared, original_launch = (saved[2] for saved in self._saved)
+
+        def global_get(array, index):
+            value = original_get(array, index)
+            _record("global", "load", array._item._ary, index)
+            return value
+
+        def global_set(array, index, value):
+            original_set(array, index, value)
+            _record("global", "store", array._item._ary, index)
+
+        def shared_array(shared, shape, dtype, alignment=None):
+            return SharedArray(original_shared(shared, shape, dtype, alignment))
+
+        def launch(kernel, *args):
+            top_level = not kernel._device and simulated._get_kernel_context() is None  # not a device function
+            try:
+                return original_launch(kernel, *args)
+            finally:
+                if top_level:  # a new launch's threads count their instructions from 1 again
+                    for tracer in open_observers(Trace.kind):
+                        tracer._finish()
+
+        devicearray.FakeWithinKernelCUDAArray.__getitem__ = global_get
+        devicearray.FakeWithinKernelCUDAArray.__setitem__ = global_set
+        kernelapi.FakeCUDAShared.array = shared_array
+        simulated.FakeCUDAKernel.__call__ = launch
+        _STATE.reset()
+        threading.settrace(_thread_tracer)
+
+    def stop(self) -> None:
+        threading.settrace(None)
+        for owner, name, original in self._saved:
+            setattr(owner, name, original)
+
+    # -- results ----------------------------------------------------------------------------
+    def _finish(self) -> None:
+        """Group the raw per-thread events into warp requests and issue slots."""
+        if self._accesses:
+            groups = defaultdict(list)
+            for block, warp, lane, space, kind, site, occurrence, address, itemsize in self._accesses:
+                groups[(block, warp, space, kind, site, occurrence, itemsize)].append((lane, address))
+            self._accesses = []
+            for (block, warp, space, kind, site, _, itemsize), lanes in groups.items():
+                lanes.sort()
+                self._requests.append(Request(space, kind, _source(site), site[1], block, warp,
+                                              tuple(l for l, _ in lanes), tuple(a for _, a in lanes), itemsize))
+                if space == "shared" and itemsize != memory.BANK_BYTES:
+                    self._note(f"bank conflicts are modelled for 4-byte elements; {itemsize}-byte shared accesses are not counted")
+        if self._lines:
+            slots = defaultdict(set)
+            for block, warp, lane, site, occurrence in self._lines:
+                slots[(block, warp, site, occurrence)].add(lane)
+            self._lines = []
+            self._issues += [(block, warp, site[1], len(lanes)) for (block, warp, site, _), lanes in slots.items()]
+
+    def _note(self, note: str) -> None:
+        if note not in self.notes:
+            self.notes.append(note)
+
+    def requests(self, space: str | None = None, kind: str | None = None, source: str | None = None) -> list[Request]:
+        """The warp requests, optionally only those of one space, kind, or source line (a substring)."""
+        self._finish()
+        return [r for r in self._requests if (space is None or r.space == space) and (kind is None or r.kind == kind)
+                and (source is None or source in r.source)]
+
+    def _global(self, kind, source) -> list[Request]:
+        chosen = self.requests("global", kind, source)
+        if not chosen:
+            raise ValueError(f"no global {kind or 'access'} was traced" + (f" on a line containing {source!r}" if source else ""))
+        return chosen
+
+    def sectors_per_request(self, kind: str | None = None, source: str | None = None) -> float:
+        """Mean 32-byte sectors per global-memory warp request (4 is ideal for 4-byte elements)."""
+        chosen = self._global(kind, source)
+        return sum(r.sectors for r in chosen) / len(chosen)
+
+    def efficiency(self, kind: str | None = None, source: str | None = None) -> float:
+        """Bytes asked for over bytes moved, over all matching global requests (1.0 is ideal)."""
+        chosen = self._global(kind, source)
+        return sum(r.requested_bytes for r in chosen) / sum(r.sectors * memory.SECTOR_BYTES for r in chosen)
+
+    def bank_conflict_degree(self, kind: str | None = None, source: str | None = None, worst: bool = False) -> float:
+        """Mean (or, with ``worst``, the largest) bank-conflict degree of the shared-memory requests; 1 is conflict-free."""
+        degrees = [r.conflict_degree for r in self.requests("shared", kind, source) if r.conflict_degree is not None]
+        if not degrees:
+            raise ValueError("no 4-byte shared-memory access was traced")
+        return max(degrees) if worst else sum(degrees) / len(degrees)
+
+    def simt_efficiency(self) -> float:
+        """Active lanes over 32, over every instruction (source line) every warp issued."""
+        self._finish()
+        if not self._issues:
+            raise ValueError("no kernel line was traced")
+        return sum(active for *_, active in self._issues) / (simt.WARP_SIZE * len(self._issues))
+
+    def warp_efficiencies(self) -> dict[tuple, float]:
+        """SIMT efficiency of each (block, warp)."""
+        self._finish()
+        slots, active = defaultdict(int), defaultdict(int)
+        for block, warp, _, lanes in self._issues:
+            slots[(block, warp)] += 1
+            active[(block, warp)] += lanes
+        return {key: active[key] / (simt.WARP_SIZE * slots[key]) for key in slots}
+
+    def summary(self) -> list[dict]:
+        """One row per (space, kind, source line): requests, sectors/request, efficiency, conflict degree."""
+        rows = defaultdict(list)
+        for request in self.requests():
+            rows[(request.space, request.kind, request.line, request.source)].append(request)
+        table = []
+        for (space, kind, line, source), chosen in sorted(rows.items(), key=lambda item: (item[0][2], item[0][0], item[0][1])):
+            row = {"line": line, "source": source, "space": space, "kind": kind, "requests": len(chosen)}
+            if space == "global":
+                row["sectors_per_request"] = sum(r.sectors for r in chosen) / len(chosen)
+                row["efficiency"] = sum(r.requested_bytes for r in chosen) / sum(r.sectors * 32 for r in chosen)
+            else:
+                degrees = [r.conflict_degree for r in chosen if r.conflict_degree is not None]
+                row["conflict_degree"] = sum(degrees) / len(degrees) if degrees else None
+            table.append(row)
+        return table
+
+    def report(self) -> str:
+        """The summary as text, labelled as a model."""
+        lines = [f"{'line':>4}  {'space':<6} {'kind':<5} {'requests':>8}  {'sectors/req':>11} {'efficiency':>10} {'conflicts':>9}  source"]
+        for row in self.summary():
+            sectors = f"{row['sectors_per_request']:.2f}" if "sectors_per_request" in row else "-"
+            efficiency = f"{row['efficiency']:.0%}" if "efficiency" in row else "-"
+            degree = row.get("conflict_degree")
+            conflicts = "-" if row["space"] == "global" else ("n/a" if degree is None else f"{degree:.2f}")
+            lines.append(f"{row['line']:>4}  {row['space']:<6} {row['kind']:<5} {row['requests']:>8}  {sectors:>11} "
+                         f"{efficiency:>10} {conflicts:>9}  {row['source']}")
+        if self._issues or self._lines:
+            lines.append(f"SIMT efficiency: {self.simt_efficiency():.0%} of lanes active per issued instruction")
+        lines += [f"note: {note}" for note in self.notes]
+        lines.append("(modelled from a simulated run: counts of what a GPU would do, not measurements)")
+        return "\n".join(lines)
+
+    # -- crossing processes -------------------------------------------------------------------
+    def export(self) -> dict:
+        self._finish()
+        return {"requests": [[r.space, r.kind, r.source, r.line, list(r.block), r.warp, list(r.lanes), list(r.addresses), r.itemsize]
+                             for r in self._requests],
+                "issues": [[list(block), warp, line, lanes] for block, warp, line, lanes in self._issues],
+                "notes": list(self.notes)}
+
+    def absorb(self, data) -> None:
+        self._finish()
+        for space, kind, source, line, block, warp, lanes, addresses, itemsize in data["requests"]:
+            self._requests.append(Request(str(space), str(kind), str(source), int(line), tuple(block), int(warp),
+                                          tuple(int(l) for l in lanes), tuple(int(a) for a in addresses), int(itemsize)))
+        self._issues += [(tuple(block), int(warp), int(line), int(lanes)) for block, warp, line, lanes in data["issues"]]
+        for note in data["notes"]:
+            self._note(str(note))
+
+
+def trace():
+    """Trace the simulated kernels launched in the block: ``with trace() as t: kernel[g, b](...)``."""
+    return observe(Trace())
+
+
+# -- recording, in the simulated threads --------------------------------------------------------
+
+class _State:
+    """Where each array lives in the modelled address space, and each thread's counters."""
+
+    def reset(self) -> None:
+        self.lock = threading.Lock()
+        self.global_bases: dict[int, int] = {}
+        self.shared_bases: dict[int, int] = {}
+        self.shared_end = 0
+        self.local = threading.local()
+
+    def global_address(self, owner: np.ndarray) -> int:
+        with self.lock:
+            if id(owner) not in self.global_bases:
+                self.global_bases[id(owner)] = (len(self.global_bases) + 1) * ARRAY_ALIGNMENT
+            return self.global_bases[id(owner)]
+
+    def shared_address(self, owner: np.ndarray) -> int:
+        with self.lock:
+            if id(owner) not in self.shared_bases:
+                start = -(-self.shared_end // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
+                self.shared_bases[id(owner)] = start
+                self.shared_end = start + owner.nbytes
+            return self.shared_bases[id(owner)]
+
+    def occurrence(self, key) -> int:
+        counts = getattr(self.local, "counts", None)
+        if counts is None:
+            counts = self.local.counts = defaultdict(int)
+        counts[key] += 1
+        return counts[key]
+
+
+_STATE = _State()
+_STATE.reset()
+
+
+def _owner(array: np.ndarray) -> np.ndarray:
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+def _element_offset(array: np.ndarray, index) -> int | None:
+    """Byte offset of ``array[index]`` from the start of its owner's buffer, if it is one element."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    if len(index) != array.ndim:
+        return None
+    try:
+        index = [operator.index(i) for i in index]
+    except TypeError:
+        return None  # a slice or a fancy index: a view, not a memory access
+    pointer = array.__array_interface__["data"][0]
+    for i, size, stride in zip(index, array.shape, array.strides):
+        pointer += (i + size if i < 0 else i) * stride
+    return pointer - _owner(array).__array_interface__["data"][0]
+
+
+def _thread_position():
+    thread = threading.current_thread()
+    thread_id = getattr(thread, "thread_id", None)
+    if thread_id is None:
+        return None  # not a simulated thread (host code)
+    return tuple(thread.blockIdx), thread_id // simt.WARP_SIZE, thread_id % simt.WARP_SIZE
+
+
+def _record(space: str, kind: str, array: np.ndarray, index) -> None:
+    position = _thread_position()
+    offset = _element_offset(array, index)
+    if position is None or offset is None:
+        return
+    owner = _owner(array)
+    base = _STATE.global_address(owner) if space == "global" else _STATE.shared_address(owner)
+    site = _site(sys._getframe(2))
+    occurrence = _STATE.occurrence((space, kind, site))
+    event = (*position, space, kind, site, occurrence, base + offset, array.itemsize)
+    for tracer in open_observers(Trace.kind):
+        tracer._accesses.append(event)
+
+
+def _site(frame) -> tuple:
+    """(file, line, instruction offset) of the kernel code that made an access."""
+    while frame is not None and _is_library(frame.f_code.co_filename):
+        frame = frame.f_back  # an access made inside the simulator (atomics) belongs to its caller
+    if frame is None:
+        return ("?", 0, 0)
+    return (frame.f_code.co_filename, frame.f_lineno, frame.f_lasti)
+
+
+def _source(site: tuple) -> str:
+    return linecache.getline(site[0], site[1]).strip() or f"line {site[1]}"
+
+
+@lru_cache(maxsize=None)
+def _is_library(filename: str) -> bool:
+    """Code that is not the kernel's: the simulator, numpy, this package, Python itself."""
+    if filename.startswith("<frozen") or "site-packages" in filename or "dist-packages" in filename:
+        return True
+    library_roots = {sysconfig.get_paths()["stdlib"], os.path.dirname(os.path.dirname(__file__))}
+    return any(filename.startswith(root + os.sep) for root in library_roots)
+
+
+def _thread_tracer(frame, event, arg):
+    """Installed with threading.settrace: follows kernel code lines in simulated threads."""
+    if _is_library(frame.f_code.co_filename) or _thread_position() is None:
+        return None
+    return _line_tracer
+
+
+def _line_tracer(frame, event, arg):
+    if event == "line":
+        position = _thread_position()
+        site = (frame.f_code.co_filename, frame.f_lineno, -1)
+        occurrence = _STATE.occurrence(("line", site))
+        for tracer in open_observers(Trace.kind):
+            tracer._lines.append((*position, site, occurrence))
+    return _line_tracer
+
+
+class SharedArray:
+    """A ``cuda.shared.array`` whose element reads and writes are traced."""
+
+    def __init__(self, array: np.ndarray):
+        self._array = array
+
+    def __getitem__(self, index):
+        value = self._array[index]
+        if isinstance(value, np.ndarray):
+            return SharedArray(value)  # tile[row] then [col]: the second index is the access
+        _record("shared", "load", self._array, index)
+        return value
+
+    def __setitem__(self, index, value):
+        self._array[index] = value
+        _record("shared", "store", self._array, index)
+
+    def __len__(self):
+        return len(self._array)
+
+    def __array__(self, dtype=None, copy=None):
+        return self._array if dtype is None else self._array.astype(dtype)
+
+    def __getattr__(self, name):
+        return getattr(self._array, name)  # shape, size, dtype, ...
