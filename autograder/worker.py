@@ -46,6 +46,8 @@ def output_digest(output, weights: torch.Tensor) -> float | None:
     reports "done" before computing its outputs cannot match it, and it cannot be worked out
     more cheaply than the outputs themselves.
     """
+    if type(output) is np.ndarray and output.dtype.kind in "biuf":
+        output = torch.from_numpy(np.ascontiguousarray(output))
     if type(output) is not torch.Tensor or output.is_complex():
         return None
     flat = output.detach().reshape(-1).to(torch.float64)

@@ -130,6 +130,7 @@ def compare_speed(
     num_threads: int | None = 1,
     block_seconds: float = 0.02,
     max_calls_per_block: int = 1000,
+    baseline_inputs: Callable[..., Sequence] | None = None,
 ) -> SpeedResult:
     """Time ``baseline`` against ``candidate`` on fresh inputs, interleaved, and return the ratio.
 
@@ -141,22 +142,26 @@ def compare_speed(
     ``check(inputs, output)`` is called on every output of the block and must raise if
     one is wrong.
     Warm-up calls (compilation, caches, allocator) are never timed.
+    ``baseline_inputs(*inputs)``, when given, turns the candidate's inputs into the
+    baseline's (the same data in another layout, say), outside the timed region.
     """
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
+    makers = {"baseline": (lambda: tuple(baseline_inputs(*make_inputs()))) if baseline_inputs else make_inputs,
+              "candidate": make_inputs}
     with fixed_threads(num_threads):
         for name, fn in (("baseline", baseline), ("candidate", candidate)):
             for _ in range(warmup):
-                fn(*make_inputs())
+                fn(*makers[name]())
         # Blocks grow until one lasts block_seconds, so a fixed cost per block (a clock read,
         # or the round trip to another process) is small against the calls it times.
-        calls = {"baseline": _calls_per_block(baseline, make_inputs, block_seconds, max_calls_per_block),
+        calls = {"baseline": _calls_per_block(baseline, makers["baseline"], block_seconds, max_calls_per_block),
                  "candidate": _calls_per_block(candidate, make_inputs, block_seconds, max_calls_per_block)}
         per_call = {"baseline": [], "candidate": []}
         for round_index in range(rounds):
             order = (("baseline", baseline), ("candidate", candidate))
             for name, fn in order if round_index % 2 == 0 else order[::-1]:
-                inputs = [make_inputs() for _ in range(calls[name])]
+                inputs = [makers[name]() for _ in range(calls[name])]
                 seconds, outputs = _timed_block(fn, inputs)
                 per_call[name].append(seconds / calls[name])
                 if name == "candidate" and check is not None:

@@ -97,3 +97,20 @@ def test_compare_speed_raises_when_a_timed_output_is_wrong():
 def test_compare_speed_rejects_zero_rounds():
     with pytest.raises(ValueError, match="rounds"):
         timing.compare_speed(_sleeper(0), _sleeper(0), lambda: (1,), rounds=0)
+
+
+def test_compare_speed_can_give_the_baseline_another_layout_of_the_same_inputs():
+    """baseline_inputs maps each fresh candidate input to the baseline's form, outside the clock."""
+    seen = {"baseline": [], "candidate": []}
+
+    def baseline(rows):
+        seen["baseline"].append(rows.shape)
+        return rows.T.contiguous()
+
+    def candidate(columns):
+        seen["candidate"].append(columns.shape)
+        return columns
+
+    timing.compare_speed(baseline, candidate, lambda: (torch.rand(3, 5),), baseline_inputs=lambda columns: (columns.T.contiguous(),),
+                         rounds=2, warmup=1, max_calls_per_block=4)
+    assert set(seen["baseline"]) == {(5, 3)} and set(seen["candidate"]) == {(3, 5)}
