@@ -1,4 +1,4 @@
-"""The trusted grader on module 02: kernels launched in the student's worker, graded outside it.
+"""The trusted grader on the kernel modules: kernels launched in the student's worker, graded outside it.
 
 Each variant is a plausible wrong answer that passes some visible checks; the grader must
 find exactly the item it breaks, and say why.
@@ -11,10 +11,15 @@ from autograder import harness, skeleton
 from autograder.build import REPO_ROOT
 from gpucourse import devices
 
-SOURCE = REPO_ROOT / "solutions" / "02_architecture" / "02_architecture.ipynb"
-RELEASE = REPO_ROOT / "assignments" / "02_architecture" / "02_architecture.ipynb"
+def source(assignment):
+    return REPO_ROOT / "solutions" / assignment / f"{assignment}.ipynb"
 
-VARIANTS = {
+
+def release(assignment):
+    return REPO_ROOT / "assignments" / assignment / f"{assignment}.ipynb"
+
+
+VARIANTS_02 = {
     # The package's calculator called instead of written: the hidden test switches it off.
     "delegating": ("occupancy", (
         "def occupancy(gpu, threads_per_block, registers_per_thread, shared_mem_per_block):\n"
@@ -52,48 +57,80 @@ VARIANTS = {
 }
 
 
-def _grade(student_nb, tmp_path):
-    source = nbformat.read(SOURCE, as_version=4)
+TRANSPOSE_HEAD = "@cuda.jit\ndef transpose_tiled(x, out):\n"
+VARIANTS_03 = {
+    # Shared tile without padding: reading a column hits one bank 32 times.
+    "unpadded": ("transpose_tiled", None, "test_transpose_traced", "pad the tile"),
+    # The naive kernel under the tiled name: stores still 32 rows apart.
+    "naive": ("transpose_tiled", TRANSPOSE_HEAD + (
+        "    col = cuda.blockIdx.x * TILE + cuda.threadIdx.x\n    for k in range(0, TILE, BLOCK_ROWS):\n"
+        "        row = cuda.blockIdx.y * TILE + cuda.threadIdx.y + k\n"
+        "        if row < x.shape[0] and col < x.shape[1]:\n            out[col, row] = x[row, col]\n"
+    ), "test_transpose_traced", "global stores take"),
+    "delegating": ("sectors_per_request", (
+        "def sectors_per_request(addresses, bytes_per_lane=4, sector_bytes=32):\n"
+        "    from gpucourse import sim\n    return sim.sectors_per_request(addresses, bytes_per_lane, sector_bytes)\n"
+    ), ("test_sectors_per_request", "test_load_efficiency"), "switched off"),  # the second builds on the first
+    # Right answers, AoS speed: converts to rows and back around the baseline's update.
+    "aos_in_disguise": ("drift_soa", (
+        "def drift_soa(fields, dt, steps):\n    rows = np.ascontiguousarray(fields.T)\n"
+        "    fields[...] = drift_aos(rows, dt, steps).T\n    return fields\n"
+    ), "test_drift_soa_speed", "need 4×"),
+}
+VARIANTS = {("02_architecture", name): variant for name, variant in VARIANTS_02.items()}
+VARIANTS.update({("03_coalescing", name): variant for name, variant in VARIANTS_03.items()})
+FULL_MARKS = {"02_architecture": (13, 15), "03_coalescing": (12, 14)}  # (CPU grader, GPU grader)
+
+
+def _grade(assignment, student_nb, tmp_path):
     workdir = tmp_path / "work"
     workdir.mkdir()
-    return harness.grade(skeleton.make_plan(source, student_nb), workdir)
+    return harness.grade(skeleton.make_plan(nbformat.read(source(assignment), as_version=4), student_nb), workdir)
 
 
-def _with_answer(grade_id, code):
-    notebook = nbformat.read(SOURCE, as_version=4)
+def _with_answer(assignment, grade_id, code):
+    notebook = nbformat.read(source(assignment), as_version=4)
     [cell] = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
-    if grade_id == "occupancy" and "_reference" in code:
+    if code is None:  # the reference with the shared tile unpadded
+        code = cell.source.replace("(TILE, TILE + 1)", "(TILE, TILE)")
+    elif grade_id == "occupancy" and "_reference" in code:
         code = cell.source.replace("def occupancy(", "def _solution_occupancy(", 1) + "\n\n" + code.replace("_reference = occupancy", "_reference = _solution_occupancy")
+    else:
+        code += "".join(f"\n\n{line}" for line in cell.source.split("\n\n")[1:] if line.startswith("def run_"))  # keep the given launcher
     cell.source = code
     return notebook
 
 
-def test_reference_passes_every_item(tmp_path):
-    """Full marks on a GPU; on a CPU the GPU-only speed item waits for a regrade."""
-    result = _grade(nbformat.read(SOURCE, as_version=4), tmp_path)
-    outcomes = {item.grade_id: item.outcome for item in result.items}
+@pytest.mark.parametrize("assignment", sorted(FULL_MARKS))
+def test_reference_passes_every_item(assignment, tmp_path):
+    """Full marks on a GPU; on a CPU the GPU-only speed items wait for a regrade."""
+    result = _grade(assignment, nbformat.read(source(assignment), as_version=4), tmp_path)
     on_gpu = devices.device_class() == "cuda"
-    assert outcomes.pop("test_launch_speed") == ("passed" if on_gpu else "needs_gpu")
-    assert set(outcomes.values()) == {"passed"}, outcomes
-    assert result.score == (15 if on_gpu else 13)
+    outcomes = {item.grade_id: item.outcome for item in result.items}
+    gpu_items = {item.grade_id for item in result.items if item.outcome == "needs_gpu"}
+    assert on_gpu or gpu_items, "each kernel module has a GPU-only speed item"
+    assert set(outcomes.values()) == ({"passed"} if on_gpu else {"passed", "needs_gpu"}), outcomes
+    assert result.score == FULL_MARKS[assignment][on_gpu]
 
 
-def test_untouched_release_earns_nothing(tmp_path):
-    result = _grade(nbformat.read(RELEASE, as_version=4), tmp_path)
+@pytest.mark.parametrize("assignment", sorted(FULL_MARKS))
+def test_untouched_release_earns_nothing(assignment, tmp_path):
+    result = _grade(assignment, nbformat.read(release(assignment), as_version=4), tmp_path)
     assert result.score == 0
     assert {item.outcome for item in result.items} <= {"failed", "needs_gpu"}
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_each_wrong_answer_loses_exactly_its_item(variant, tmp_path):
-    grade_id, code, broken_item, reason = VARIANTS[variant]
-    result = _grade(_with_answer(grade_id, code), tmp_path)
+@pytest.mark.parametrize("assignment, variant", sorted(VARIANTS))
+def test_each_wrong_answer_loses_exactly_its_item(assignment, variant, tmp_path):
+    grade_id, code, broken_item, reason = VARIANTS[(assignment, variant)]
+    result = _grade(assignment, _with_answer(assignment, grade_id, code), tmp_path)
     failed = {item.grade_id: item.message for item in result.items if item.outcome not in ("passed", "needs_gpu")}
     if broken_item is None:
         assert failed == {}
         return
-    assert list(failed) == [broken_item], failed
-    assert reason in failed[broken_item]
+    broken_items = broken_item if isinstance(broken_item, tuple) else (broken_item,)
+    assert sorted(failed) == sorted(broken_items), failed
+    assert all(reason in failed[item] for item in broken_items)
 
 
 def test_instructor_cli_records_kernel_grades_and_gpu_regrades(tmp_path, capsys):
