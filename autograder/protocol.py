@@ -104,8 +104,9 @@ def decode_from_worker(data: bytes):
 def pack_tensor(tensor: torch.Tensor) -> dict:
     """A tensor as raw bytes: far cheaper to send than ``torch.save``'s one archive entry per tensor."""
     flat = tensor.detach().contiguous().reshape(-1)
+    data = flat.cpu().view(torch.uint8).numpy().tobytes() if flat.numel() else b""  # an empty view may have stride 0
     return {"__tensor__": str(flat.dtype).removeprefix("torch."), "shape": tuple(tensor.shape),
-            "device": tensor.device.type, "data": flat.cpu().view(torch.uint8).numpy().tobytes()}
+            "device": tensor.device.type, "data": data}
 
 
 def unpack_tensor(packed: dict) -> torch.Tensor:

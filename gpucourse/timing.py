@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
+import numpy as np
 import torch
 import torch.utils.benchmark as benchmark
 
@@ -91,10 +92,13 @@ def measure(
 
 
 def _device_of(args: Sequence) -> torch.device:
-    """Where the work of ``fn(*args)`` runs: the first tensor argument's device."""
+    """Where the work of ``fn(*args)`` runs: the first tensor argument's device; numpy arrays
+    are on the CPU; with neither, the course device."""
     for arg in args:
         if isinstance(arg, torch.Tensor):
             return arg.device
+        if isinstance(arg, np.ndarray) or (isinstance(arg, (list, tuple)) and any(isinstance(a, np.ndarray) for a in arg)):
+            return torch.device("cpu")
     return device()
 
 

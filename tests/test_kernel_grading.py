@@ -77,15 +77,46 @@ VARIANTS_03 = {
         "    fields[...] = drift_aos(rows, dt, steps).T\n    return fields\n"
     ), "test_drift_soa_speed", "need 4×"),
 }
+SUM_HEAD = (
+    "@cuda.jit\ndef sum_kernel(x, out):\n    s = cuda.shared.array(RED_BLOCK, np.float32)\n    t = cuda.threadIdx.x\n"
+    "    acc = 0.0\n    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):\n        acc += x[i]\n"
+    "    s[t] = acc\n    cuda.syncthreads()\n    step = 1\n    while step < RED_BLOCK:\n"
+)
+SUM_TAIL = "        cuda.syncthreads()\n        step *= 2\n    if t == 0:\n        cuda.atomic.add(out, 0, s[0])\n"
+VARIANTS_04 = {
+    # The given kernel under the new name: right results, divergent warps.
+    "still_divergent": ("activate_uniform", (
+        "@cuda.jit\ndef activate_uniform(x, out):\n    i = cuda.grid(1)\n    if i < x.size:\n        if i % 2 == 0:\n"
+        "            v = x[i]\n            for _ in range(EXPENSIVE_STEPS):\n                v = v * 0.5 + 1.0\n"
+        "            out[i] = v\n        else:\n            out[i] = -x[i]\n"
+    ), "test_uniform_traced", "SIMT efficiency"),
+    # Interleaved addressing: right sum, threads of a warp idle in every step.
+    "interleaved": ("sum_kernel", SUM_HEAD + "        if t % (2 * step) == 0:\n            s[t] += s[t + step]\n" + SUM_TAIL,
+                    "test_sum_traced", "use sequential addressing"),
+    # Strided index: threads stay together, but their words collide in the banks.
+    "strided_index": ("sum_kernel", SUM_HEAD + "        index = 2 * step * t\n        if index < RED_BLOCK:\n"
+                      "            s[index] += s[index + step]\n" + SUM_TAIL, "test_sum_traced", "bank-conflict degree"),
+    "delegating": ("warp_cycles", (
+        "def warp_cycles(lane_paths, path_cost):\n    from gpucourse import sim\n    return sim.warp_cycles(lane_paths, path_cost)\n"
+    ), ("test_warp_cycles", "test_simt_efficiency"), "switched off"),  # the second builds on the first
+    # np.vectorize is still a Python call per element.
+    "vectorize": ("soft_clip", "def soft_clip(x):\n    return np.vectorize(lambda v: soft_clip_loop(np.array([v]))[0], otypes=[float])(x)\n",
+                  "test_soft_clip_speed", "need 6×"),
+}
 VARIANTS = {("02_architecture", name): variant for name, variant in VARIANTS_02.items()}
 VARIANTS.update({("03_coalescing", name): variant for name, variant in VARIANTS_03.items()})
-FULL_MARKS = {"02_architecture": (13, 15), "03_coalescing": (12, 14)}  # (CPU grader, GPU grader)
+VARIANTS.update({("04_divergence", name): variant for name, variant in VARIANTS_04.items()})
+FULL_MARKS = {"02_architecture": (13, 15), "03_coalescing": (12, 14), "04_divergence": (12, 14)}  # (CPU grader, GPU grader)
 
 
-def _grade(assignment, student_nb, tmp_path):
+def _grade(assignment, student_nb, tmp_path, only=None):
+    """Grade with the trusted harness; ``only``: the grade_ids of the items to run (all by default)."""
     workdir = tmp_path / "work"
     workdir.mkdir()
-    return harness.grade(skeleton.make_plan(nbformat.read(source(assignment), as_version=4), student_nb), workdir)
+    plan = skeleton.make_plan(nbformat.read(source(assignment), as_version=4), student_nb)
+    if only is not None:
+        plan.items = [item for item in plan.items if item.grade_id in only]
+    return harness.grade(plan, workdir)
 
 
 def _with_answer(assignment, grade_id, code):
@@ -123,12 +154,17 @@ def test_untouched_release_earns_nothing(assignment, tmp_path):
 @pytest.mark.parametrize("assignment, variant", sorted(VARIANTS))
 def test_each_wrong_answer_loses_exactly_its_item(assignment, variant, tmp_path):
     grade_id, code, broken_item, reason = VARIANTS[(assignment, variant)]
-    result = _grade(assignment, _with_answer(assignment, grade_id, code), tmp_path)
+    broken_items = broken_item if isinstance(broken_item, tuple) else (broken_item,)
+    # Only the items this answer feeds are graded (the reference test covers the rest), plus one
+    # the change cannot touch: it must still pass.
+    neighbour = "test_occupancy" if assignment == "02_architecture" else "test_warp_cycles" if assignment == "04_divergence" else "test_bank_conflict_degree"
+    only = {item for item in broken_items if item} | {neighbour}
+    result = _grade(assignment, _with_answer(assignment, grade_id, code), tmp_path, only=only)
+    assert {item.grade_id for item in result.items} == only
     failed = {item.grade_id: item.message for item in result.items if item.outcome not in ("passed", "needs_gpu")}
     if broken_item is None:
         assert failed == {}
         return
-    broken_items = broken_item if isinstance(broken_item, tuple) else (broken_item,)
     assert sorted(failed) == sorted(broken_items), failed
     assert all(reason in failed[item] for item in broken_items)
 

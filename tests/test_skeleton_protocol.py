@@ -72,6 +72,32 @@ def test_replies_round_trip_plain_data():
     assert type(decoded["f"]) is float and not decoded["f"] < 1.0
 
 
+def test_numpy_arrays_namedtuples_and_properties_come_back_as_they_were():
+    import collections
+    from dataclasses import dataclass
+
+    import numpy as np
+
+    Point = collections.namedtuple("Point", "x y")
+
+    @dataclass
+    class Answer:
+        warps: int
+
+        @property
+        def half(self):
+            return self.warps / 2
+
+    value = {"a": np.arange(6, dtype=np.float32).reshape(2, 3).T, "empty": np.zeros((0, 3)), "p": Point(1, np.zeros(0)),
+             "answer": Answer(8)}
+    decoded = _rebuild(protocol.decode_from_worker(protocol.encode_for_harness(("return", to_plain(value))))[1])
+    assert isinstance(decoded["a"], np.ndarray) and decoded["a"].dtype == np.float32
+    np.testing.assert_array_equal(decoded["a"], np.arange(6, dtype=np.float32).reshape(2, 3).T)
+    assert decoded["empty"].shape == (0, 3)
+    assert decoded["p"].x == 1 and decoded["p"].y.shape == (0,)
+    assert decoded["answer"].warps == 8 and decoded["answer"].half == 4.0
+
+
 def test_tensor_subclasses_are_refused():
     class Lazy(torch.Tensor):
         pass

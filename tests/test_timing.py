@@ -114,3 +114,12 @@ def test_compare_speed_can_give_the_baseline_another_layout_of_the_same_inputs()
     timing.compare_speed(baseline, candidate, lambda: (torch.rand(3, 5),), baseline_inputs=lambda columns: (columns.T.contiguous(),),
                          rounds=2, warmup=1, max_calls_per_block=4)
     assert set(seen["baseline"]) == {(5, 3)} and set(seen["candidate"]) == {(3, 5)}
+
+
+def test_numpy_work_is_labelled_as_measured_on_the_cpu(monkeypatch):
+    import numpy as np
+
+    monkeypatch.setattr(timing, "device", lambda: torch.device("meta"))  # what a GPU machine's default would be
+    assert timing._device_of((np.zeros(3), 2)) == torch.device("cpu")
+    assert timing._device_of(((np.zeros(3),),)) == torch.device("cpu")
+    assert timing._device_of((1, 2)) == torch.device("meta")

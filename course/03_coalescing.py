@@ -1,0 +1,596 @@
+# %% [markdown]
+# # 03 · Memory coalescing: sectors, strides, tiles and layouts
+#
+# Lecture 02 showed that global memory is far away: hundreds of cycles per access, and the bottleneck of most kernels.
+# This lecture is about the other half of the story: *how much* of what global memory delivers a kernel actually uses.
+# A warp does not fetch 32 separate numbers; it fetches whole blocks of memory, and the addresses its 32 threads ask for together decide how many.
+#
+# What you will learn:
+#
+# 1. how one warp's load becomes 32-byte sectors and 128-byte lines, and what "coalesced" means in those terms;
+# 2. what strides and misaligned offsets cost, traced kernel by kernel, and (on a GPU) measured in GB/s;
+# 3. the same effect on your CPU, measured: 64-byte cache lines and strided reads in numpy;
+# 4. matrix transpose, from a naive kernel to a shared-memory tiled one, and padding that removes shared-memory bank conflicts;
+# 5. array-of-structures against structure-of-arrays layouts;
+# 6. an interactive explorer of warp requests.
+#
+# Every cell runs on a laptop CPU as well as on a GPU.
+# Without a GPU the kernels run in numba's simulator, and the course's **tracer** records every address each simulated warp touched: sector counts and bank conflicts are then *modelled* from a real run of the kernel, while speed is *measured* only where there is hardware to measure it (your CPU in section 3, a GPU when you have one).
+
+# %%
+# Setup: on Colab, install the course package first (locally, `make lab` already did).
+import subprocess
+import sys
+
+if "google.colab" in sys.modules:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/gpu-course/gpu-optimization-course"], check=True)
+
+# %%
+import warnings
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+import gpucourse
+from gpucourse import gpu_specs, plots, sim, timing, widgets
+
+# %% [markdown]
+# ## 1. From a warp's load to sectors and lines
+#
+# When a warp executes a load, the 32 lanes' addresses travel to the memory system together, as one **request**.
+# Global memory never delivers single bytes: it moves aligned 32-byte **sectors**, and the L1 and L2 caches keep them in 128-byte **lines** of four sectors.
+# NVIDIA's CUDA C++ Best Practices Guide states the rule for compute capability 6.0 and later (reported): a warp's accesses coalesce into as many 32-byte transactions as it takes to cover all the addresses its threads ask for.
+# So the cost of a request is the number of distinct sectors its addresses fall in, and its **efficiency** is the bytes the lanes asked for divided by the bytes moved.
+#
+# Three warps of 4-byte `float32` loads show the whole range:
+#
+# - **coalesced**: lane k reads element k; 32 × 4 = 128 consecutive bytes, aligned: 4 sectors, one line, every byte used;
+# - **offset**: lane k reads element k + 3; the same 128 bytes shifted by 12, so they straddle a boundary: 5 sectors over 2 lines;
+# - **strided**: lane k reads element 4k; each lane's 4 bytes sit alone in a 16-byte slot, so the warp touches 16 sectors and uses a quarter of their bytes.
+#
+# The figure draws each lane's bytes (dark) in the sectors they fall in (shaded); sectors nobody touches are left out.
+
+# %%
+warps = {"coalesced (stride 1)": sim.warp_addresses(stride=1),
+         "offset by 3 elements": sim.warp_addresses(offset=3),
+         "strided (stride 4)": sim.warp_addresses(stride=4)}
+fig, axes = plt.subplots(len(warps), 1, figsize=(12, 5.4))
+for ax, (name, addresses) in zip(axes, warps.items()):
+    plots.warp_sectors(ax, addresses)
+    ax.set_title(f"{name}: {ax.get_title()}", fontsize=9)
+fig.tight_layout()
+plt.show()
+for name, addresses in warps.items():
+    lines = sim.lines_per_request(addresses)
+    print(f"{name:<22} {sim.sectors_per_request(addresses):2d} sectors of 32 B in {lines} line{'s' * (lines > 1)} of 128 B, "
+          f"{sim.load_efficiency(addresses):4.0%} of moved bytes used (modelled with sim.memory)")
+
+# %% [markdown]
+# The rule is simple enough to state for any stride: with 4-byte elements, a stride of s elements spreads the warp over 4s sectors, until s = 8, where every lane has a sector to itself (32 sectors, 12.5% efficiency).
+# Larger strides cannot get worse per request; they only spread the same 32 sectors further apart.
+# An offset that is a multiple of 8 elements (32 bytes) keeps the request on sector boundaries; any other offset costs one extra sector.
+#
+# ## 2. Strides and offsets, traced in real kernels
+#
+# The figure above came from a formula.
+# The same numbers can be read off real kernels: in numba's simulator, `sim.trace()` records every element each simulated thread reads or writes, groups the lanes of each warp at each instruction into one request, and counts its sectors.
+# As in lecture 02, `gpucourse.kernels` chooses the GPU or the simulator before numba is imported.
+
+# %%
+from gpucourse import kernels
+
+mode = kernels.use_gpu_or_simulator()
+
+# %%
+from numba import cuda, float32
+
+SIM = kernels.simulator_active()  # in the simulator the timing cells below explain instead of measuring
+where = "numba's CUDA simulator" if SIM else gpucourse.describe()
+# On a GPU numba warns about tiny demo grids and host (numpy) arguments; the timed runs below use device arrays.
+warnings.filterwarnings("ignore", message=".*Grid size .* will likely result in GPU under-utilization")
+warnings.filterwarnings("ignore", message=".*Host array used in CUDA kernel will incur copy overhead")
+print("kernels run in:", where)
+
+
+def show(trace):
+    """Print what a trace saw, or why there is nothing (only the simulator can be traced)."""
+    if trace.available:
+        print(trace.report())
+    else:
+        print("[no trace: these kernels ran on the GPU, and only numba's simulator can be traced from Python; "
+              "numbers marked 'formula' below come from sim.memory for the same addresses]")
+
+# %% [markdown]
+# Two copy kernels, one thread per output element.
+# `copy_strided` reads every `stride`-th element of `x`; `copy_offset` reads `x` shifted by `offset` elements.
+# Both write `out[i]`, one consecutive element per lane, so their stores are always coalesced and only the loads change.
+# We trace one launch of 256 threads (8 warps) with a stride of 4 and print the trace's report: one row per source line and kind of access.
+
+# %%
+@cuda.jit
+def copy_strided(x, out, stride):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[i * stride]
+
+
+@cuda.jit
+def copy_offset(x, out, offset):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[i + offset]
+
+
+n = 256  # 8 warps: the model counts per warp request, so a few warps show everything
+blocks, threads = kernels.launch_grid(n, threads_per_block=128)
+x = np.arange(n * 4, dtype=np.float32)
+out = np.zeros(n, dtype=np.float32)
+with sim.trace() as t:
+    copy_strided[blocks, threads](x, out, 4)
+np.testing.assert_array_equal(out, x[::4])
+show(t)
+
+# %% [markdown]
+# The load row says 16 sectors per request at 25% efficiency, as the formula did for stride 4; the store row says 4 sectors, 100%.
+# (Every array the tracer sees starts on a 256-byte boundary, as `cudaMalloc` returns it.)
+#
+# Now the sweep: strides 1 to 32 and offsets 0 to 32, each kernel launched, checked against numpy and traced.
+# Each traced count is also checked against the formula of section 1.
+# The last two columns turn the efficiency into a bound: a kernel that reads this way can get at most that share of the card's reported memory bandwidth as useful data (modelled for the T4 and the H100).
+
+# %%
+STRIDES = (1, 2, 4, 8, 16, 32)
+OFFSETS = range(33)
+source = "traced in the simulator" if SIM else "formula (sim.memory)"
+
+
+def traced_copy(kernel, x, shift, expected):
+    """Launch a copy kernel under the tracer, check its output; (sectors per load, load efficiency)."""
+    out = np.zeros(n, dtype=np.float32)
+    with sim.trace() as t:
+        kernel[blocks, threads](x, out, shift)
+    np.testing.assert_array_equal(out, expected)
+    return (t.sectors_per_request(kind="load"), t.efficiency(kind="load")) if t.available else None
+
+
+def formula(addresses):
+    return sim.sectors_per_request(addresses), sim.load_efficiency(addresses)
+
+
+stride_model, offset_model = [], []
+for stride in STRIDES:
+    x = np.arange(n * stride, dtype=np.float32)
+    traced = traced_copy(copy_strided, x, stride, x[::stride])
+    stride_model.append(traced or formula(sim.warp_addresses(stride=stride)))
+    assert traced is None or np.allclose(traced, formula(sim.warp_addresses(stride=stride)))
+x = np.arange(n + max(OFFSETS), dtype=np.float32)
+for offset in OFFSETS:
+    traced = traced_copy(copy_offset, x, offset, x[offset:offset + n])
+    offset_model.append(traced or formula(sim.warp_addresses(offset=offset)))
+    assert traced is None or np.allclose(traced, formula(sim.warp_addresses(offset=offset)))
+
+t4, h100 = gpu_specs.gpu("T4"), gpu_specs.gpu("H100")
+print(f"{'stride':>6} {'sectors/load':>12} {'efficiency':>10} {'T4 useful GB/s':>15} {'H100 useful GB/s':>17}")
+for stride, (sectors, efficiency) in zip(STRIDES, stride_model):
+    print(f"{stride:6d} {sectors:12.0f} {efficiency:10.1%} {efficiency * t4.memory_bandwidth / 1e9:15.0f} "
+          f"{efficiency * h100.memory_bandwidth / 1e9:17.0f}")
+misaligned = sorted({int(sectors) for offset, (sectors, _) in zip(OFFSETS, offset_model) if offset % 8})
+print(f"offsets: 4 sectors per load at offsets 0, 8, 16, 24, 32; {', '.join(map(str, misaligned))} at every other offset")
+print(f"sectors and efficiency: {source}; GB/s: modelled from the reported bandwidths "
+      f"({t4.memory_bandwidth / 1e9:.0f} and {h100.memory_bandwidth / 1e9:.0f} GB/s)")
+
+# %%
+fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.6))
+plots.versus_size(left, STRIDES, [e * 100 for _, e in stride_model], label=source, kind="modelled",
+                  xlabel="stride (elements of 4 B)", ylabel="load efficiency (%)")
+left.set_xticks(STRIDES, [str(s) for s in STRIDES])  # integer labels: strides are counts
+left.set_ylim(0, 105)
+left.set_title("Strided copy: useful share of the moved bytes", fontsize=10)
+left.legend(fontsize=8)
+right.plot(list(OFFSETS), [e * 100 for _, e in offset_model], "--", marker=".", label=f"{source} (modelled)")
+right.set(xlabel="offset (elements of 4 B)", ylabel="load efficiency (%)", ylim=(0, 105))
+right.set_title("Offset copy: misalignment costs one sector in five", fontsize=10)
+right.grid(True, alpha=0.3)
+right.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Strides are expensive: stride 2 already halves the useful bandwidth, and from stride 8 on, seven eighths of every sector moved is wasted.
+# Offsets look cheap in the model (80% at worst), and on real GPUs they are cheaper still, because the model counts each request on its own, as if there were no cache.
+# The extra sector a misaligned warp fetches is the first sector of its neighbour's data, which the neighbouring warp needs anyway: an L2 (or L1) hit away.
+# Over the whole kernel, a misaligned copy touches just one sector more than an aligned one:
+
+# %%
+for offset in (0, 1, 3, 8):
+    every_lane = sim.warp_addresses(offset=offset, active_lanes=range(n))  # all n threads' addresses at once
+    print(f"offset {offset}: the kernel's {n // 32} warps touch {len(sim.touched_units(every_lane))} distinct sectors "
+          f"(modelled: {n * 4 // 32} hold the {n * 4} useful bytes)")
+stride_total = len(sim.touched_units(sim.warp_addresses(stride=4, active_lanes=range(n))))
+print(f"stride 4: {stride_total} distinct sectors for the same {n * 4} useful bytes: no cache can save those")
+
+# %% [markdown]
+# ### On a GPU: the same kernels, timed
+#
+# With a GPU, the cell below times both copies on 2²⁵ elements (128 MiB written per launch) with `gpucourse.timing.measure`: warm-up first, then many launches queued back to back and one `cuda.synchronize()` per batch, so that launch overhead hides behind the GPU's work.
+# Inputs live on the GPU (`cuda.device_array`), so no copy over PCIe is timed.
+# Useful bandwidth counts what the kernel needs, 4 bytes read and 4 written per element, whatever the hardware moved to get them.
+# Mark Harris's NVIDIA blog post "How to Access Global Memory Efficiently in CUDA C/C++ Kernels" ran the same experiment (reported): bandwidth falls steeply with the stride, while offsets cost little on GPUs with caches.
+
+# %%
+def seconds_per_launch(kernel, grid, block, *args, launches=20):
+    """Median seconds of one launch on the GPU (measured): batches of launches, one synchronisation each."""
+    def batch():
+        for _ in range(launches):
+            kernel[grid, block](*args)
+        cuda.synchronize()
+
+    return timing.measure(batch, warmup=1, min_run_time=0.1).median / launches
+
+
+@cuda.jit
+def fill_pattern(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = i % 4096  # small integers: exact in float32, so copies can be checked exactly
+
+
+if SIM:
+    print("[skipped: the kernels run in numba's simulator, which says nothing about speed] On a GPU this cell times "
+          "both copies and plots GB/s against stride and offset: useful bandwidth falls with the stride much as the "
+          "traced efficiency predicts, while offsets cost little.")
+else:
+    n_timed = 2**25
+    x_dev = cuda.device_array(n_timed * max(STRIDES) + max(OFFSETS), dtype=np.float32)  # one buffer serves every run
+    fill_pattern[kernels.launch_grid(x_dev.size, 256)](x_dev)
+    out_dev = cuda.device_array(n_timed, dtype=np.float32)
+    grid, block = kernels.launch_grid(n_timed, 256)
+    sample = np.random.default_rng(0).integers(0, n_timed, 100_000)  # output positions checked after each run
+
+    def timed_gbps(kernel, shift, first, step):
+        seconds = seconds_per_launch(kernel, grid, block, x_dev, out_dev, shift)
+        expected = (first + sample * step) % 4096
+        np.testing.assert_array_equal(out_dev.copy_to_host()[sample], expected.astype(np.float32))
+        return 2 * 4 * n_timed / seconds / 1e9
+
+    gbps_stride = [timed_gbps(copy_strided, stride, 0, stride) for stride in STRIDES]
+    gbps_offset = [timed_gbps(copy_offset, offset, offset, 1) for offset in OFFSETS]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.6))
+    plots.versus_size(left, STRIDES, gbps_stride, label=gpucourse.describe(), kind="measured",
+                      xlabel="stride (elements of 4 B)", ylabel="useful GB/s")
+    # Reads cost 1/efficiency of the useful bytes, writes stay coalesced: time ∝ 1/e + 1.
+    predicted = [gbps_stride[0] * 2 / (1 / e + 1) for _, e in stride_model]
+    plots.versus_size(left, STRIDES, predicted, label="stride 1 scaled by the traced efficiency", kind="modelled")
+    left.set_xticks(STRIDES, [str(s) for s in STRIDES])
+    left.legend(fontsize=7)
+    right.plot(list(OFFSETS), gbps_offset, "-o", markersize=3, label=f"{gpucourse.describe()} (measured)")
+    right.set(xlabel="offset (elements of 4 B)", ylabel="useful GB/s", ylim=(0, max(gbps_offset) * 1.1))
+    right.grid(True, alpha=0.3)
+    right.legend(fontsize=7)
+    fig.suptitle(f"Strided and offset copies of {n_timed:,} float32, measured on {gpucourse.describe()}", fontsize=10)
+    fig.tight_layout()
+    plt.show()
+    print(f"stride 1: {gbps_stride[0]:.0f} GB/s, stride 32: {gbps_stride[-1]:.0f} GB/s; offsets: "
+          f"{min(gbps_offset):.0f} to {max(gbps_offset):.0f} GB/s (measured on {gpucourse.describe()})")
+
+# %% [markdown]
+# ## 3. The CPU analogue, measured: 64-byte cache lines
+#
+# A CPU core reads memory in **cache lines**, 64 bytes on x86 and most Arm cores (128 bytes on Apple's M-series chips, reported by Apple).
+# A line is to a CPU what a sector is to a GPU: the smallest amount it moves.
+# So reading every `stride`-th `float32` of an array costs one line per 16 elements at stride 1, but one line per element from stride 16 on: until `stride × itemsize` reaches the line size, the core fetches every line of the array whatever it does with them.
+#
+# We measure it: `x[::stride].sum()` over the same 256 MiB array (larger than the last-level cache of most machines) for strides 1 to 128.
+# numpy's sum of a strided view runs on one core, and the answer is checked each time.
+# The sweep runs three times and keeps, for each stride, the fastest of its three median times: the one least disturbed by other work on the machine.
+
+# %%
+def cache_line_bytes():
+    """The CPU's cache-line size as the operating system reports it (Linux, macOS), or None."""
+    try:
+        return int(Path("/sys/devices/system/cpu/cpu0/cache/index0/coherency_line_size").read_text())
+    except (OSError, ValueError):
+        pass
+    try:
+        return int(subprocess.run(["sysctl", "-n", "hw.cachelinesize"], capture_output=True, text=True).stdout)
+    except (OSError, ValueError):
+        return None
+
+
+line_bytes = cache_line_bytes()
+line_label = "reported by the operating system" if line_bytes else "assumed"
+line_bytes = line_bytes or 64
+CPU_STRIDES = (1, 2, 4, 8, 16, 32, 64, 128)
+x = np.ones(2**26, dtype=np.float32)  # 256 MiB
+rounds = {stride: [] for stride in CPU_STRIDES}
+for _ in range(3):  # whole sweeps, repeated: a burst of other work on the machine spoils one round, not one stride
+    for stride in CPU_STRIDES:
+        view = x[::stride]
+        assert view.sum() == view.size  # ones: the exact answer is the count
+        rounds[stride].append(timing.measure(np.sum, view, warmup=1, min_run_time=0.05).median)
+cpu_seconds = [min(rounds[stride]) for stride in CPU_STRIDES]  # the least disturbed round
+cpu_where = f"{gpucourse.describe('cpu')}; numpy sums on one core"
+useful_gbps = [x[::s].nbytes / sec / 1e9 for s, sec in zip(CPU_STRIDES, cpu_seconds)]
+print(f"cache line: {line_bytes} B ({line_label})")
+print(f"{'stride':>6} {'stride × 4 B':>12} {'ms per pass':>12} {'ns per element':>15} {'useful GB/s':>12}")
+for stride, sec, gbps in zip(CPU_STRIDES, cpu_seconds, useful_gbps):
+    print(f"{stride:6d} {stride * 4:10d} B {sec * 1e3:12.1f} {sec / x[::stride].size * 1e9:15.2f} {gbps:12.2f}")
+print(f"(measured on {cpu_where})")
+
+# %%
+lines_model = [useful_gbps[0] * 4 / min(s * 4, line_bytes) for s in CPU_STRIDES]  # bytes used per byte of line moved
+fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.6))
+plots.versus_size(left, CPU_STRIDES, [s * 1e3 for s in cpu_seconds], label="x[::stride].sum() over 256 MiB", kind="measured",
+                  xlabel="stride (elements of 4 B)", ylabel="ms per pass")
+plots.versus_size(left, CPU_STRIDES, [cpu_seconds[0] * 1e3 / s for s in CPU_STRIDES],
+                  label="if only the used bytes moved", kind="modelled")
+left.set_ylim(0, max(cpu_seconds) * 1.2e3)
+left.axvline(line_bytes / 4, color="0.5", linestyle=":")
+left.set_title(f"Time to sweep the array (dotted: stride × 4 B = {line_bytes} B)", fontsize=10)
+left.legend(fontsize=8)
+plots.versus_size(right, CPU_STRIDES, useful_gbps, label="useful bytes per second", kind="measured",
+                  xlabel="stride (elements of 4 B)", ylabel="useful GB/s", logy=True)
+plots.versus_size(right, CPU_STRIDES, lines_model, label=f"whole {line_bytes}-B lines, scaled to stride 1", kind="modelled")
+right.set_title("Bandwidth of the bytes actually used", fontsize=10)
+right.legend(fontsize=8)
+right.yaxis.set_major_formatter(ScalarFormatter())  # 0.5, not 5×10⁻¹
+right.yaxis.set_minor_formatter(NullFormatter())
+for ax in (left, right):
+    ax.set_xticks(CPU_STRIDES, [str(s) for s in CPU_STRIDES])
+fig.suptitle(f"CPU analogue, measured on {cpu_where}", fontsize=10)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Read the left panel first: up to a stride of 16 (64 bytes), a pass over the array costs about the same time whether it sums every element or every sixteenth.
+# The core fetched every line either way; the time went into moving lines, not into adding numbers.
+# So the useful bandwidth (right) falls in proportion to the stride, exactly as the GPU's sector efficiency does, with 64-byte lines in place of 32-byte sectors.
+#
+# Past the line size the simple model says the cost per element should stop growing, and it usually does not quite: CPUs prefetch, and many Intel cores fetch lines in aligned pairs (128 bytes), so beyond one line per element the hardware still moves more than you use.
+# How far the measured curve stays below the model depends on the CPU; the lesson does not.
+# The rule for both processors: **neighbouring work should touch neighbouring bytes**, consecutive lanes on a GPU, consecutive iterations on a CPU.
+#
+# ## 4. Matrix transpose: naive, tiled, padded
+#
+# Transposing a matrix reads rows and writes columns, so one of the two is always strided: the classic test of everything above.
+# We transpose an R × C `float32` matrix `a` into `out` (C × R) with one thread per element, in square blocks of TILE × TILE threads.
+# As in lecture 02, x runs along columns, so the 32 lanes of a warp have consecutive `threadIdx.x`.
+#
+# We use TILE = 32 on every machine (why, at the end of this section), so a block has 1024 threads and one warp is one row of the block.
+# To keep the kernels short, the matrix's sides are multiples of the tile; a transpose for **any** shape, with blocks of 32 × 8 threads that each copy several rows, is the graded assignment.
+#
+# **Naive.** Each thread reads `a[row, col]` and writes `out[col, row]`.
+# The reads of a warp are consecutive, but its writes land in 32 different rows of `out`, R × 4 bytes apart.
+
+# %%
+TILE = 32
+block_2d = (TILE, TILE)  # one thread per element
+
+
+@cuda.jit
+def transpose_naive(a, out):
+    col, row = cuda.grid(2)
+    out[col, row] = a[row, col]
+
+
+a = np.random.default_rng(0).standard_normal((32, 64), dtype=np.float32)  # small: 2 blocks of 1024 simulated threads
+small = ((a.shape[1] // TILE, a.shape[0] // TILE), block_2d)  # grid: (column tiles, row tiles)
+out = np.zeros((64, 32), dtype=np.float32)
+with sim.trace() as naive:
+    transpose_naive[small](a, out)
+np.testing.assert_array_equal(out, a.T)
+show(naive)
+
+# %% [markdown]
+# Loads: 4 sectors per request, perfect.
+# Stores: 32 sectors per request, each carrying 4 useful bytes of 32, so 12.5% efficiency, the stride-8-or-more case of section 2.
+#
+# **Tiled.** Stage each 32 × 32 tile in shared memory, whose access pattern costs nothing in sectors.
+# Each thread copies one element of a *row* of `a` into the tile; after `syncthreads()`, each thread reads the tile *column-wise* and writes a row of `out`.
+# Both global accesses are now row-wise, hence coalesced.
+
+# %%
+@cuda.jit
+def transpose_tiled(a, out):
+    tile = cuda.shared.array((TILE, TILE), dtype=float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    col0, row0 = cuda.blockIdx.x * TILE, cuda.blockIdx.y * TILE
+    tile[ty, tx] = a[row0 + ty, col0 + tx]
+    cuda.syncthreads()
+    out[col0 + ty, row0 + tx] = tile[tx, ty]
+
+
+out = np.zeros((64, 32), dtype=np.float32)
+with sim.trace() as tiled:
+    transpose_tiled[small](a, out)
+np.testing.assert_array_equal(out, a.T)
+show(tiled)
+
+# %% [markdown]
+# Global loads and stores: 4 sectors each, 100%.
+# But the report shows a new cost, in the `conflicts` column of the shared load.
+#
+# **Bank conflicts.** Shared memory is split into 32 **banks**, each 4 bytes wide: word w lives in bank w mod 32, and each bank serves one word per cycle.
+# A warp whose 32 lanes hit 32 different banks is served at once; lanes that need *different words of the same bank* are served one after another, and the request is replayed that many times (its **conflict degree**; lanes reading the very same word share it, a broadcast).
+# Reading `tile[tx, ty]`, lane tx reads word 32·tx + ty: all 32 lanes in the same bank, a 32-way conflict.
+# The fix is one extra column: with rows of TILE + 1 = 33 words, lane tx reads word 33·tx + ty, in bank (tx + ty) mod 32, all different.
+# The padding column is never used; it costs 32 × 4 = 128 bytes of shared memory per block.
+
+# %%
+@cuda.jit
+def transpose_padded(a, out):
+    tile = cuda.shared.array((TILE, TILE + 1), dtype=float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    col0, row0 = cuda.blockIdx.x * TILE, cuda.blockIdx.y * TILE
+    tile[ty, tx] = a[row0 + ty, col0 + tx]
+    cuda.syncthreads()
+    out[col0 + ty, row0 + tx] = tile[tx, ty]
+
+
+out = np.zeros((64, 32), dtype=np.float32)
+with sim.trace() as padded:
+    transpose_padded[small](a, out)
+np.testing.assert_array_equal(out, a.T)
+show(padded)
+
+# %% [markdown]
+# Side by side, per warp request, and the shared-memory load of warp 0 drawn bank by bank: each column is a bank, each row one more pass the request needs.
+# The banks come from the same index formulas as the text above; in the simulator they are checked against the trace.
+
+# %%
+if naive.available:
+    print(f"{'transpose':<8} {'sectors/load':>12} {'sectors/store':>13} {'worst shared conflict':>22}   ({source})")
+    for name, t in (("naive", naive), ("tiled", tiled), ("padded", padded)):
+        shared = t.requests(space="shared")
+        worst = f"{t.bank_conflict_degree(worst=True):.0f}-way" if shared else "no shared memory"
+        print(f"{name:<8} {t.sectors_per_request(kind='load'):12.0f} {t.sectors_per_request(kind='store'):13.0f} {worst:>22}")
+fig, axes = plt.subplots(1, 2, figsize=(13, 3.4), gridspec_kw={"width_ratios": (1, 1)})
+for ax, (name, t, width) in zip(axes, (("tiled", tiled, TILE), ("padded", padded, TILE + 1))):
+    words = [lane * width for lane in range(32)]  # tile[tx, ty] for lane tx of warp 0 (ty = 0)
+    if t.available:
+        first = next(r for r in t.requests(space="shared", kind="load") if r.warp == 0)
+        assert [address // 4 for address in first.addresses] == words, "trace and formula disagree"
+    plots.bank_map(ax, words, title=f"{name}: tile row of {width} words, shared load of warp 0: "
+                                    f"{sim.bank_conflict_degree(words)}-way (modelled)")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Why TILE = 32.** Padding by one word works because a warp is exactly one row of the block: its 32 lanes read 32 consecutive rows of the tile.
+# With a 16 × 16 block, a warp covers two rows of 16 threads, and the arithmetic changes.
+# The model below counts, for warp 0, the conflict degree of the tile's store (`tile[ty, tx]`) and load (`tile[tx, ty]`) for both tile sizes, with and without the padding.
+
+# %%
+print(f"{'tile':>7} {'padding':>7} {'store':>6} {'load':>5}   (bank-conflict degree of warp 0, modelled with sim.bank_conflict_degree)")
+for tile_size in (32, 16):
+    lanes = [(lane % tile_size, lane // tile_size) for lane in range(32)]  # (tx, ty) of each lane of warp 0
+    for pad in (0, 1):
+        width = tile_size + pad
+        store = sim.bank_conflict_degree(ty * width + tx for tx, ty in lanes)
+        load = sim.bank_conflict_degree(tx * width + ty for tx, ty in lanes)
+        print(f"{tile_size:3d}×{tile_size:<3d} {pad:7d} {store:6d} {load:5d}")
+
+# %% [markdown]
+# With 16-wide tiles the load's conflict drops only from 8-way to 2-way, and the store, conflict-free before, becomes 2-way: no single padding fixes both.
+# (Libraries such as CUTLASS and Triton use *swizzled* layouts instead, where the column index is XOR-ed with bits of the row, which removes conflicts for such shapes too.)
+# With TILE = 32 and a warp per tile row, one column of padding is the whole fix.
+#
+# ### On a GPU: the transposes, timed
+#
+# With a GPU, the cell below times the three kernels on an 8192 × 4096 matrix and compares their useful bandwidth (one read and one write of every element) with the plain copy of section 2, the best a kernel that moves this many bytes can hope for.
+# Mark Harris's NVIDIA blog post "An Efficient Matrix Transpose in CUDA C/C++" ran the same three kernels in CUDA C++ (reported): the naive one well below the copy, the tiled one much closer, the padded one closest.
+
+# %%
+if SIM:
+    print("[skipped: the kernels run in numba's simulator, which says nothing about speed] On a GPU this cell times "
+          "the naive, tiled and padded transposes of an 8192 × 4096 matrix against the copy kernel's GB/s; the blog "
+          "post above reports the naive kernel far below the copy and the padded one closest to it.")
+else:
+    R, C = 8192, 4096
+    a_host = np.random.default_rng(1).standard_normal((R, C), dtype=np.float32)
+    a_dev, out_dev_2d = cuda.to_device(a_host), cuda.device_array((C, R), dtype=np.float32)
+    bars = [("copy, stride 1 (section 2)", gbps_stride[0], "measured")]
+    for kernel in (transpose_naive, transpose_tiled, transpose_padded):
+        seconds = seconds_per_launch(kernel, (C // TILE, R // TILE), block_2d, a_dev, out_dev_2d)
+        np.testing.assert_array_equal(out_dev_2d.copy_to_host(), a_host.T)
+        bars.append((kernel.__name__.replace("_", " "), 2 * a_host.nbytes / seconds / 1e9, "measured"))
+    bars += [(f"{name} peak", spec.memory_bandwidth / 1e9, "reported")
+             for name, spec in gpu_specs.GPUS.items() if name in gpucourse.describe()]
+    fig, ax = plt.subplots(figsize=(10, 2.8))
+    plots.provenance_bars(ax, bars, xlabel="useful GB/s (read + write)", fmt="{:.0f}")
+    ax.set_title(f"{R} × {C} float32 transpose, measured on {gpucourse.describe()}", fontsize=10)
+    fig.tight_layout()
+    plt.show()
+    for name, gbps, kind in bars:
+        print(f"{name:<28} {gbps:7.0f} GB/s ({kind})")
+
+# %% [markdown]
+# ## 5. Array of structures, structure of arrays
+#
+# Data layout decides strides long before any kernel is written.
+# Take particles with four `float32` fields, x, y, vx and vy:
+#
+# - **array of structures (AoS)**: one `(n, 4)` array, each particle's four fields side by side, as a list of objects or a C struct would store them;
+# - **structure of arrays (SoA)**: four arrays of n values, one per field.
+#
+# A kernel that shifts every particle's x by `dx` touches one field.
+# In the AoS layout lane k reads the 4 bytes at 16·k: a stride of 4 elements.
+# In the SoA layout it reads consecutive x values.
+
+# %%
+@cuda.jit
+def shift_x_aos(particles, dx):
+    i = cuda.grid(1)
+    if i < particles.shape[0]:
+        particles[i, 0] += dx
+
+
+@cuda.jit
+def shift_x_soa(xs, dx):
+    i = cuda.grid(1)
+    if i < xs.size:
+        xs[i] += dx
+
+
+particles = np.random.default_rng(2).standard_normal((n, 4), dtype=np.float32)  # columns: x, y, vx, vy
+expected = particles.copy()
+expected[:, 0] += np.float32(0.5)
+aos, soa = particles.copy(), [np.ascontiguousarray(column) for column in particles.T]
+with sim.trace() as t_aos:
+    shift_x_aos[blocks, threads](aos, np.float32(0.5))
+with sim.trace() as t_soa:
+    shift_x_soa[blocks, threads](soa[0], np.float32(0.5))
+np.testing.assert_array_equal(aos, expected)
+np.testing.assert_array_equal(np.stack(soa, axis=1), expected)
+for name, t, stride in (("AoS", t_aos, 4), ("SoA", t_soa, 1)):
+    sectors, efficiency = (t.sectors_per_request(kind="load"), t.efficiency(kind="load")) if t.available \
+        else formula(sim.warp_addresses(stride=stride))
+    print(f"{name}: {sectors:.0f} sectors per load request, {efficiency:.0%} efficiency ({source})")
+show(t_aos)
+
+# %% [markdown]
+# The AoS kernel moves four times the bytes it needs, on both its load and its store.
+# It is less bad when a kernel uses *every* field: four loads then hit the same 16 sectors, and after the first the L1 cache serves the rest (the tracer counts requests as they reach L1, so it would still report 16 sectors for each).
+# CUDA C++ goes further with 16-byte vector loads (`float4`), one instruction per particle; numba does not expose them.
+# But kernels usually touch a few fields of many, and then SoA wins: it is why deep-learning frameworks store a batch as one tensor per quantity, not one object per sample.
+#
+# The same layout change matters on a CPU, for the reasons of section 3: an update that reads x and vx from an AoS array drags y and vy through the cache with them, and defeats SIMD loads.
+# Rewriting a particle update from AoS to SoA on the CPU, and measuring the gain, is part of the graded assignment, so it is not done here.
+#
+# ## 6. Explore
+#
+# The explorer draws one warp request for any stride, offset, element size and number of active lanes, with its sectors, lines and efficiency from `sim.memory`.
+# Try: 8-byte elements (`float64`) at stride 1, still 100% but 8 sectors; 16-byte elements (`float4`) at stride 1; offset 1 against offset 8; only 16 active lanes (the second half of the warp masked off by a branch, lecture 04's subject); stride 0, where every lane reads the same word: one sector, a broadcast.
+# (Without a live Jupyter kernel the sliders do nothing; the figure after it shows four of these cases statically.)
+
+# %%
+widgets.coalescing_explorer()
+
+# %%
+cases = [("8-byte elements (float64), stride 1", sim.warp_addresses(element_bytes=8), 8),
+         ("16-byte elements (float4), stride 1", sim.warp_addresses(element_bytes=16), 16),
+         ("4-byte elements, 16 of 32 lanes active", sim.warp_addresses(active_lanes=range(16)), 4),
+         ("4-byte elements, stride 3", sim.warp_addresses(stride=3), 4)]
+fig, axes = plt.subplots(len(cases), 1, figsize=(12, 7.2))
+for ax, (name, addresses, size) in zip(axes, cases):
+    plots.warp_sectors(ax, addresses, bytes_per_lane=size)
+    ax.set_title(f"{name}: {ax.get_title()}", fontsize=9)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## What to remember
+#
+# - A warp's load or store is one request; it moves every 32-byte sector that holds a byte some lane asked for.
+#   Coalesced means 32 lanes reading 128 consecutive, aligned bytes: 4 sectors, nothing wasted.
+# - Strides waste bandwidth in proportion to the stride, until each lane has a sector of its own (stride 8 for 4-byte data: 12.5%).
+#   Misaligned offsets cost an extra sector per request, which caches mostly recover.
+# - A CPU has the same rule with 64-byte cache lines (measured above): neighbouring iterations should touch neighbouring bytes.
+# - When an algorithm must read one way and write another (a transpose), stage tiles in shared memory so both global accesses are row-wise, and pad the tile by one column so that column reads do not conflict in shared memory's 32 banks.
+# - Lay data out for how kernels read it: structure of arrays when kernels use some fields of many records.
+# - Counting sectors and bank conflicts needs no GPU: the tracer counts them in the simulator, and a GPU confirms them in GB/s.
+#
+# Next: the graded assignment `assignments/03_coalescing/03_coalescing.ipynb`, where you write the sector, efficiency and bank-conflict models yourself, a tiled transpose for any shape, and a structure-of-arrays particle update on the CPU.
+# Then module 04, divergence: what happens when the 32 lanes of a warp do not agree on which way a branch goes.
