@@ -73,9 +73,9 @@ def test_simt_models():
 # -- the tracer on real kernels ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("stride, offset, sectors, efficiency", [(1, 0, 4, 1.0), (1, 1, 5, 0.8), (2, 0, 8, 0.5),
-                                                                   (4, 0, 16, 0.25), (32, 0, 32, 0.125)])
-def test_tracer_counts_the_sectors_of_strided_and_offset_loads(simulated_cuda, stride, offset, sectors, efficiency):
+@pytest.mark.parametrize("stride, offset, sectors, lines, efficiency", [(1, 0, 4, 1, 1.0), (1, 1, 5, 2, 0.8), (2, 0, 8, 2, 0.5),
+                                                                          (4, 0, 16, 4, 0.25), (32, 0, 32, 32, 0.125)])
+def test_tracer_counts_the_sectors_of_strided_and_offset_loads(simulated_cuda, stride, offset, sectors, lines, efficiency):
     from sim_kernels import copy_strided
 
     x = np.arange(64 * 32 + 1, dtype=np.float32)
@@ -89,6 +89,7 @@ def test_tracer_counts_the_sectors_of_strided_and_offset_loads(simulated_cuda, s
     assert t.efficiency(kind="load") == pytest.approx(efficiency)
     assert t.sectors_per_request(kind="store") == 4 and t.efficiency(kind="store") == 1.0
     assert t.sectors_per_request(source="x[offset + i * stride]") == pytest.approx((sectors + 4) / 2)
+    assert {r.lines for r in loads} == {lines}
 
 
 def test_tracer_finds_bank_conflicts_and_broadcasts(simulated_cuda):

@@ -65,6 +65,11 @@ class Request:
         return memory.sectors_per_request(self.addresses, self.itemsize)
 
     @property
+    def lines(self) -> int:
+        """128-byte cache lines the request touches."""
+        return len(memory.touched_units(self.addresses, self.itemsize, memory.LINE_BYTES))
+
+    @property
     def requested_bytes(self) -> int:
         return len({b for a in self.addresses for b in range(a, a + self.itemsize)})
 
@@ -216,6 +221,7 @@ class Trace(Observer):
             row = {"line": line, "source": source, "space": space, "kind": kind, "requests": len(chosen)}
             if space == "global":
                 row["sectors_per_request"] = sum(r.sectors for r in chosen) / len(chosen)
+                row["lines_per_request"] = sum(r.lines for r in chosen) / len(chosen)
                 row["efficiency"] = sum(r.requested_bytes for r in chosen) / sum(r.sectors * 32 for r in chosen)
             else:
                 degrees = [r.conflict_degree for r in chosen if r.conflict_degree is not None]
