@@ -164,3 +164,23 @@ def launch_grid(n: int, threads_per_block: int = 256, max_blocks: int | None = N
         raise ValueError(f"need n >= 1 and threads_per_block >= 1, got n={n}, threads_per_block={threads_per_block}")
     blocks = -(-n // threads_per_block)
     return (min(blocks, max_blocks) if max_blocks else blocks), threads_per_block
+
+
+def gpu_or_explain(what_a_gpu_shows: str) -> bool:
+    """Guard for cells that need numba's kernels on a real GPU.
+
+    Without a GPU: says what a GPU run would show and returns False (like
+    :func:`gpucourse.gpu_or_explain`). With a GPU that numba cannot use (its kernels fell back
+    to the simulator, e.g. a driver mismatch): raises, because skipping would hand out a GPU
+    result nobody measured, and running GPU-sized work in the simulator would take hours.
+    """
+    from . import devices
+
+    if not devices.has_gpu():
+        return devices.gpu_or_explain(what_a_gpu_shows)
+    if simulator_active():
+        raise devices.NoGPUError(
+            "torch sees a GPU but numba's kernels run in its simulator here, so this cell cannot run: "
+            "fix numba's access to the GPU (the setup cell printed why) and restart the kernel"
+        )
+    return True

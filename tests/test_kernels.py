@@ -83,3 +83,17 @@ def test_kernel_resources_on_a_gpu():
     resources = kernels.kernel_resources(count_then_share)
     assert resources.registers_per_thread > 0
     assert resources.shared_mem_per_block >= 32 * 8  # its shared array of 32 float64
+
+
+def test_gpu_guard_skips_without_a_gpu_and_refuses_a_gpu_numba_cannot_use(monkeypatch, capsys):
+    from gpucourse import devices
+
+    monkeypatch.setattr(devices, "has_gpu", lambda: False)
+    assert kernels.gpu_or_explain("kernels run fast") is False
+    assert "On a GPU this cell shows: kernels run fast" in capsys.readouterr().out
+    monkeypatch.setattr(devices, "has_gpu", lambda: True)
+    monkeypatch.setattr(kernels, "simulator_active", lambda: True)
+    with pytest.raises(devices.NoGPUError, match="numba's kernels run in its simulator"):
+        kernels.gpu_or_explain("kernels run fast")
+    monkeypatch.setattr(kernels, "simulator_active", lambda: False)
+    assert kernels.gpu_or_explain("kernels run fast") is True

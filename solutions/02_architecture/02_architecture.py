@@ -262,7 +262,7 @@ for n in (1, 1000, 33, 10**6):
     assert threads % 32 == 0 and 64 <= threads <= 1024, f"saxpy_launch({n}): {threads} threads per block is not 64..1024 whole warps"
     assert blocks >= 1 and blocks * threads >= min(n, 32768), f"saxpy_launch({n}): {blocks} × {threads} threads is too few"
 
-if gpucourse.gpu_or_explain("one thread runs saxpy hundreds of times slower than a grid of warps"):
+if kernels.gpu_or_explain("one thread runs saxpy hundreds of times slower than a grid of warps"):
     N = 1 << 20
 
     def fresh_vectors():

@@ -292,7 +292,7 @@ SPEEDUP_NEEDED = {"cuda": 1.5}
 small = rng.standard_normal((33, 5)).astype(np.float32)  # first, a small transpose through the launcher
 check.assert_close(run_tiled_transpose(small, np.zeros((5, 33), np.float32)), np.ascontiguousarray(small.T), rtol=0, atol=0,
                    name="run_tiled_transpose on a 33×5 matrix")
-if gpucourse.gpu_or_explain("the tiled transpose runs 2-3x faster than the naive one (stores coalesced)"):
+if kernels.gpu_or_explain("the tiled transpose runs 2-3x faster than the naive one (stores coalesced)"):
     def fresh_matrices():
         x = torch.randn(4096, 4096, device="cuda")
         return x, torch.empty(4096, 4096, device="cuda")

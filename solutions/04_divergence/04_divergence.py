@@ -226,7 +226,7 @@ SPEEDUP_NEEDED = {"cuda": 1.3}
 small = rng.standard_normal(97).astype(np.float32)  # first, a small launch through run_uniform
 check.assert_close(run_uniform(small, np.zeros(97, np.float32)), run_divergent(small, np.zeros(97, np.float32)), rtol=0, atol=0,
                    name="run_uniform on 97 elements")
-if gpucourse.gpu_or_explain("the warp-uniform kernel runs close to 2x faster: each warp pays for one path, not two"):
+if kernels.gpu_or_explain("the warp-uniform kernel runs close to 2x faster: each warp pays for one path, not two"):
     def fresh_vectors():
         return torch.randn(1 << 24, device="cuda"), torch.empty(1 << 24, device="cuda")
 
