@@ -180,20 +180,18 @@ class Trace(Observer):
 
     def sectors_per_request(self, kind: str | None = None, source: str | None = None) -> float:
         """Mean 32-byte sectors per global-memory warp request (4 is ideal for 4-byte elements)."""
-        chosen = self._global(kind, source)
-        return sum(r.sectors for r in chosen) / len(chosen)
+        return _mean(r.sectors for r in self._global(kind, source))
 
     def efficiency(self, kind: str | None = None, source: str | None = None) -> float:
         """Bytes asked for over bytes moved, over all matching global requests (1.0 is ideal)."""
-        chosen = self._global(kind, source)
-        return sum(r.requested_bytes for r in chosen) / sum(r.sectors * memory.SECTOR_BYTES for r in chosen)
+        return _efficiency(self._global(kind, source))
 
     def bank_conflict_degree(self, kind: str | None = None, source: str | None = None, worst: bool = False) -> float:
         """Mean (or, with ``worst``, the largest) bank-conflict degree of the shared-memory requests; 1 is conflict-free."""
-        degrees = [r.conflict_degree for r in self.requests("shared", kind, source) if r.conflict_degree is not None]
+        degrees = _conflict_degrees(self.requests("shared", kind, source))
         if not degrees:
             raise ValueError("no 4-byte shared-memory access was traced")
-        return max(degrees) if worst else sum(degrees) / len(degrees)
+        return max(degrees) if worst else _mean(degrees)
 
     def simt_efficiency(self) -> float:
         """Active lanes over 32, over every instruction (source line) every warp issued."""
@@ -220,12 +218,12 @@ class Trace(Observer):
         for (space, kind, line, source), chosen in sorted(rows.items(), key=lambda item: (item[0][2], item[0][0], item[0][1])):
             row = {"line": line, "source": source, "space": space, "kind": kind, "requests": len(chosen)}
             if space == "global":
-                row["sectors_per_request"] = sum(r.sectors for r in chosen) / len(chosen)
-                row["lines_per_request"] = sum(r.lines for r in chosen) / len(chosen)
-                row["efficiency"] = sum(r.requested_bytes for r in chosen) / sum(r.sectors * 32 for r in chosen)
+                row["sectors_per_request"] = _mean(r.sectors for r in chosen)
+                row["lines_per_request"] = _mean(r.lines for r in chosen)
+                row["efficiency"] = _efficiency(chosen)
             else:
-                degrees = [r.conflict_degree for r in chosen if r.conflict_degree is not None]
-                row["conflict_degree"] = sum(degrees) / len(degrees) if degrees else None
+                degrees = _conflict_degrees(chosen)
+                row["conflict_degree"] = _mean(degrees) if degrees else None
             table.append(row)
         return table
 
@@ -261,6 +259,20 @@ class Trace(Observer):
         self._issues += [(tuple(block), int(warp), int(line), int(lanes)) for block, warp, line, lanes in data["issues"]]
         for note in data["notes"]:
             self._note(str(note))
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def _efficiency(requests: list[Request]) -> float:
+    """Bytes asked for over bytes moved, over several global requests together."""
+    return sum(r.requested_bytes for r in requests) / sum(r.sectors * memory.SECTOR_BYTES for r in requests)
+
+
+def _conflict_degrees(requests: list[Request]) -> list[int]:
+    return [r.conflict_degree for r in requests if r.conflict_degree is not None]
 
 
 def trace():
