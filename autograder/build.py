@@ -12,6 +12,7 @@ Running it twice changes nothing. Usage: ``python -m autograder.build [--root DI
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ import jupytext
 import nbformat
 
 from .nbgrader_cli import NbgraderError, run_nbgrader
+from .skeleton import REQUIRES_GPU, is_test
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NBFORMAT_MINOR = 5
@@ -28,6 +30,15 @@ NOTEBOOK_METADATA = {"kernelspec": KERNELSPEC, "language_info": {"name": "python
 MODULE_NAME = re.compile(r"^\d\d_[a-z0-9_]+$")
 # Keys jupytext adds to remember the .py's blank lines; they mean nothing in a notebook.
 JUPYTEXT_LAYOUT_KEYS = {"lines_to_next_cell", "lines_to_end_of_cell_marker", "cell_marker"}
+# The cell tags a source may use (``# %% ... tags=["..."]``), and what each means. Any other tag
+# is a typo or an idea nobody implemented, so the build rejects it.
+KNOWN_TAGS = {
+    # Only on graded test cells: the item needs a CUDA GPU to measure anything, so a grader
+    # without one marks it "needs a GPU regrade" instead of running it (autograder.skeleton).
+    REQUIRES_GPU: "graded test cell that needs a CUDA GPU: a CPU grader marks it for a GPU regrade",
+}
+# Notebook-level metadata key that names the source a generated notebook is built from.
+GENERATED_KEY = "gpucourse"
 
 
 class BuildError(RuntimeError):
@@ -69,8 +80,13 @@ def nbgrader_metadata(given: dict, where: str) -> dict:
     return dict(sorted(meta.items()))
 
 
-def notebook_from_source(source: Path) -> nbformat.NotebookNode:
-    """Read a py:percent source into a clean notebook with deterministic cell ids."""
+def notebook_from_source(source: Path, root: Path | None = None) -> nbformat.NotebookNode:
+    """Read a py:percent source into a clean notebook with deterministic cell ids.
+
+    ``root`` is the course root the notebook's metadata names ``source`` against (default: this
+    repository when ``source`` lies in it, else just the file's name).
+    """
+    source = Path(source)
     notebook = jupytext.read(source, fmt="py:percent")
     grade_ids: set[str] = set()
     counters = {"code": 0, "markdown": 0, "raw": 0}
@@ -91,13 +107,116 @@ def notebook_from_source(source: Path) -> nbformat.NotebookNode:
         else:
             counters[cell.cell_type] += 1
             cell.id = f"{cell.cell_type}-{counters[cell.cell_type]:02d}"
+        check_tags(cell, where)
         if cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None
-    notebook.metadata = nbformat.from_dict(NOTEBOOK_METADATA)
+    notebook.metadata = nbformat.from_dict({**NOTEBOOK_METADATA, GENERATED_KEY: {"source": course_path(source, root), "generated": "do not edit: run make build"}})
     notebook.nbformat, notebook.nbformat_minor = 4, NBFORMAT_MINOR
     nbformat.validate(notebook)
     return notebook
+
+
+def course_path(path: Path, root: Path | None = None) -> str:
+    """``path`` relative to the course root, with POSIX slashes (what generated notebooks name).
+
+    Without ``root``: relative to this repository, or just the file's name outside it.
+    """
+    path = Path(path).resolve()
+    base = (REPO_ROOT if root is None else Path(root)).resolve()
+    if path.is_relative_to(base):
+        return path.relative_to(base).as_posix()
+    if root is None:
+        return path.name
+    raise BuildError(f"{path} is not inside the course root {base}")
+
+
+def check_tags(cell, where: str) -> None:
+    """Tags come from :data:`KNOWN_TAGS`, and ``requires-gpu`` is where it means something.
+
+    A graded test cell that uses a GPU must carry ``requires-gpu``: without it a CPU grader
+    would run it, its GPU part would skip itself (``gpu_or_explain``) and the item would pass
+    at full marks with nothing measured.
+    """
+    tags = cell.metadata.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        raise BuildError(f"{where}: tags must be a list of strings, got {tags!r}")
+    for tag in tags:
+        if tag not in KNOWN_TAGS:
+            raise BuildError(f"{where}: unknown tag {tag!r}; the known tags are {sorted(KNOWN_TAGS)}")
+    graded_test = is_test(cell)
+    if REQUIRES_GPU in tags and not graded_test:
+        raise BuildError(
+            f"{where}: tag {REQUIRES_GPU!r} is only for graded test cells (nbgrader grade: true, not a solution), "
+            "where it tells a CPU grader to leave the item for a GPU regrade; it means nothing on this cell: remove it"
+        )
+    if graded_test and REQUIRES_GPU not in tags:
+        uses = gpu_uses(cell.source, where)
+        if uses:
+            grade_id = cell.metadata["nbgrader"]["grade_id"]
+            raise BuildError(
+                f"{where}: graded test cell {grade_id!r} uses a GPU ({'; '.join(uses)}) but has no {REQUIRES_GPU!r} tag, "
+                f"so a CPU grader would skip its GPU part and give full marks: add tags=[\"{REQUIRES_GPU}\"] to its # %% header "
+                "(if the cell also grades work a CPU can check, move the GPU part into a graded cell of its own and tag that one)"
+            )
+
+
+def gpu_uses(code: str, where: str = "cell") -> list[str]:
+    """What in ``code`` needs a CUDA GPU, e.g. ``["calls gpu_or_explain on line 7 of the cell"]``.
+
+    Read from the syntax tree, so comments and docstrings do not count: calls of
+    ``gpu_or_explain`` (as a function or a method), ``torch.cuda`` (``torch.cuda.Event``, imports of
+    it), ``.cuda(...)`` method calls, and the strings ``"cuda"`` or ``"cuda:N"`` as a call's argument
+    or keyword value or as a dict's key or value. A dict with both a ``"cpu"`` and a ``"cuda"`` key
+    (per-device thresholds such as ``{"cpu": 4, "cuda": 10}``) serves both devices: its ``"cuda"``
+    key does not count.
+    """
+    try:
+        tree = ast.parse(_python_of(code))
+    except SyntaxError as error:
+        raise BuildError(f"{where}: graded test cell is not valid Python (line {error.lineno}: {error.msg})") from None
+    found: list[tuple[int, str]] = []
+
+    def cuda_string(node) -> bool:
+        return isinstance(node, ast.Constant) and isinstance(node.value, str) and (node.value == "cuda" or node.value.startswith("cuda:"))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr if isinstance(node.func, ast.Attribute) else None
+            if name == "gpu_or_explain":
+                found.append((node.lineno, "calls gpu_or_explain"))
+            elif name == "cuda" and isinstance(node.func, ast.Attribute) and not _is_torch_cuda(node.func):
+                found.append((node.lineno, "calls .cuda()"))
+            for value in [*node.args, *(keyword.value for keyword in node.keywords)]:
+                if cuda_string(value):
+                    found.append((value.lineno, f"passes {value.value!r} to a call"))
+        elif isinstance(node, ast.Attribute) and _is_torch_cuda(node):
+            found.append((node.lineno, "uses torch.cuda"))
+        elif isinstance(node, ast.ImportFrom) and (node.module == "torch.cuda" or (node.module == "torch" and any(a.name == "cuda" for a in node.names))):
+            found.append((node.lineno, "imports torch.cuda"))
+        elif isinstance(node, ast.Import) and any(a.name == "torch.cuda" or a.name.startswith("torch.cuda.") for a in node.names):
+            found.append((node.lineno, "imports torch.cuda"))
+        elif isinstance(node, ast.Dict):
+            keys = {key.value for key in node.keys if isinstance(key, ast.Constant)}
+            per_device = {"cpu", "cuda"} <= keys
+            for key in node.keys:
+                if key is not None and cuda_string(key) and not (per_device and key.value == "cuda"):
+                    found.append((key.lineno, f"has a dict key {key.value!r} without a 'cpu' one"))
+            for value in node.values:
+                if cuda_string(value):
+                    found.append((value.lineno, f"has a dict value {value.value!r}"))
+    return [f"{what} on line {line} of the cell" for line, what in sorted(set(found))]
+
+
+def _is_torch_cuda(node: ast.Attribute) -> bool:
+    return node.attr == "cuda" and isinstance(node.value, ast.Name) and node.value.id == "torch"
+
+
+def _python_of(code: str) -> str:
+    """The cell's code with IPython syntax (``%magic``, ``!shell``) turned into Python, lines kept."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return TransformerManager().transform_cell(code)
 
 
 def write_if_changed(path: Path, text: str) -> bool:
@@ -117,7 +236,7 @@ def build_notebooks(root: Path) -> list[Path]:
     changed = []
     for source in lecture_sources(root) + assignment_sources(root):
         target = source.with_suffix(".ipynb")
-        if write_if_changed(target, notebook_text(notebook_from_source(source))):
+        if write_if_changed(target, notebook_text(notebook_from_source(source, root))):
             changed.append(target)
     return changed
 
@@ -141,7 +260,14 @@ def release_assignment(root: Path, assignment: str) -> list[Path]:
     _generate_assignment(root, assignment, root / "gradebook.db")
     for notebook_path in release.glob("*.ipynb"):
         # nbgrader writes with its own formatting; keep the repository's one format.
-        write_if_changed(notebook_path, notebook_text(nbformat.read(notebook_path, as_version=4)))
+        notebook = nbformat.read(notebook_path, as_version=4)
+        # Students get this file: the note is metadata (invisible in Jupyter) and addresses staff.
+        source = course_path(root / "solutions" / assignment / f"{notebook_path.stem}.py", root)
+        notebook.metadata[GENERATED_KEY] = {
+            "source": source,
+            "generated": f"generated from {source} by make build (nbgrader generate_assignment); course staff: edit that source, not this file",
+        }
+        write_if_changed(notebook_path, notebook_text(notebook))
     after = _snapshot(release)
     return sorted(path for path, text in after.items() if before.get(path) != text)
 

@@ -1,7 +1,8 @@
 """The instructor's command line: ``python -m autograder COMMAND`` (or ``autograder COMMAND``).
 
     autograder release [ASSIGNMENT]            build assignments/ from solutions/, register in the gradebook
-    autograder grade ASSIGNMENT SUBMISSIONS    grade a folder or an LMS .zip, in parallel (--jobs N)
+    autograder grade ASSIGNMENT SUBMISSIONS    grade a folder or an LMS .zip, in parallel (--jobs N);
+                                               --student NAME and --only ITEM narrow it (repeatable)
     autograder feedback ASSIGNMENT             HTML feedback per student (visible tests only)
     autograder export [--to grades.csv]        grades for your LMS
 """
@@ -13,7 +14,9 @@ import sys
 from pathlib import Path
 
 from . import build
+from .grading import GradingStopped
 from .nbgrader_cli import NbgraderError, run_nbgrader
+from .outcomes import Outcome
 from .sandbox import Limits
 
 
@@ -33,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--cell-seconds", type=float, default=Limits.cell_seconds, help="time limit per student cell")
     grade.add_argument("--memory-gb", type=float, default=Limits.memory_bytes / 1024**3, help="address-space limit per student")
     grade.add_argument("--no-gradebook", action="store_true", help="only print the results; leave gradebook.db alone")
+    grade.add_argument("--student", action="append", metavar="NAME", help="grade only this student (repeatable)")
+    grade.add_argument("--only", action="append", metavar="ITEM",
+                       help="grade only this item (a test's grade_id; repeatable); the other items keep the student's earlier grading")
 
     feedback = commands.add_parser("feedback", help="write feedback/<student>/<assignment>/*.html")
     feedback.add_argument("assignment")
@@ -57,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     except (NbgraderError, build.BuildError, FileNotFoundError, ValueError) as error:
         print(f"autograder {args.command}: {error}", file=sys.stderr)
         return 1
+    except GradingStopped as error:
+        print(f"autograder {args.command}: stopped, nothing was graded or recorded: {error}", file=sys.stderr)
+        return 3
 
 
 def _release(course: Path, assignment: str | None) -> int:
@@ -76,9 +85,19 @@ def _grade(course: Path, args) -> int:
     if not args.submissions.exists():
         raise FileNotFoundError(f"no submissions at {args.submissions}")
     limits = Limits(item_seconds=args.item_seconds, cell_seconds=args.cell_seconds, memory_bytes=int(args.memory_gb * 1024**3))
-    reports = grade_assignment(args.assignment, args.submissions, course_root=course, jobs=args.jobs, limits=limits, gradebook=not args.no_gradebook)
+    reports = grade_assignment(args.assignment, args.submissions, course_root=course, jobs=args.jobs, limits=limits,
+                               gradebook=not args.no_gradebook, students=set(args.student) if args.student else None,
+                               only=set(args.only) if args.only else None)
     print()
     print(summary_table(reports))
+    failed = sorted(student for student, report in reports.items() if report.grader_error)
+    if failed:
+        print(f"\ngrader errors (nothing recorded for them; fix the cause, then regrade each with --student NAME): {', '.join(failed)}",
+              file=sys.stderr)
+        for student in failed:
+            if reports[student].log:
+                print(f"--- {student}: the worker's log ---\n{reports[student].log}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -87,11 +106,11 @@ def summary_table(reports) -> str:
     rows = [("student", "score", "crashed / timed out", "needs GPU", "graded on", "notes")]
     for student, report in reports.items():
         if report.result is None:
-            rows.append((student, "0", "-", "-", "-", report.error))
+            rows.append((student, "not recorded" if report.grader_error else "0", "-", "-", "-", report.error))
             continue
         total = sum(item.points for item in report.result.items)
-        broken = [f"{i.grade_id} ({i.outcome})" for i in report.result.items if i.outcome in ("crashed", "timeout")]
-        gpu = [i.grade_id for i in report.result.items if i.outcome == "needs_gpu"]
+        broken = [f"{i.grade_id} ({i.outcome})" for i in report.result.items if i.outcome.broken]
+        gpu = [i.grade_id for i in report.result.items if i.outcome == Outcome.NEEDS_GPU]
         rows.append((student, f"{report.score:g}/{total:g}", ", ".join(broken) or "-", ", ".join(gpu) or "-",
                      report.result.device_class, "; ".join(report.notes)[:120] or "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

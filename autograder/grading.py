@@ -25,7 +25,8 @@ from typing import Callable
 import nbformat
 
 from . import build, harness, sandbox, skeleton
-from .nbgrader_cli import run_nbgrader, scripts_on_path
+from .nbgrader_cli import open_gradebook, run_nbgrader
+from .outcomes import Outcome
 
 
 @dataclass
@@ -37,12 +38,18 @@ class Submission:
     error: str = ""
 
 
+WORKER_FAILED = "no worker could start"  # every other submission would fail alike: grading stops
+POOL_FAILED = "the grading process died"
+
+
 @dataclass
 class StudentReport:
     student: str
     result: harness.SubmissionResult | None
-    error: str = ""
+    error: str = ""  # why there is no result: the student's (an unreadable notebook) or the grader's
     notes: list[str] = field(default_factory=list)
+    grader_error: str = ""  # the grader failed, not the student (WORKER_FAILED, POOL_FAILED): nothing is recorded
+    log: str = ""  # the worker's output, for a grader error
 
     @property
     def items(self) -> dict[str, harness.ItemResult]:
@@ -126,6 +133,10 @@ def _unzip(archive: Path, target: Path) -> Path:
     return entries[0] if len(entries) == 1 and entries[0].is_dir() and not list(entries[0].glob("*.ipynb")) else target
 
 
+class GradingStopped(RuntimeError):
+    """The grader could not start a single worker: nothing was graded or recorded."""
+
+
 def grade_assignment(
     assignment: str,
     submissions: Path,
@@ -135,41 +146,87 @@ def grade_assignment(
     limits: sandbox.Limits = sandbox.Limits(),
     gradebook: bool = True,
     progress: Callable[[str], None] | None = print,
+    students: set[str] | None = None,
+    only: set[str] | None = None,
 ) -> dict[str, StudentReport]:
-    """Grade every submission of ``assignment``; return a report per student."""
+    """Grade every submission of ``assignment`` (or the ``students`` named); return a report per student.
+
+    ``only``: grade just these items; the others keep what the student's last grading gave
+    them (``autograded/<student>/<assignment>/grading.json``), e.g. to regrade GPU items on a
+    GPU machine. Students the grader failed on (a grader error) get nothing recorded.
+    """
     course_root = Path(course_root).resolve()
     source_path = course_root / "solutions" / assignment / f"{assignment}.ipynb"
     release_path = course_root / "assignments" / assignment / f"{assignment}.ipynb"
+    if only:
+        known = {item.grade_id for item in skeleton.make_plan(*[nbformat.read(source_path, as_version=4)] * 2).items}
+        if only - known:
+            raise ValueError(f"no graded item {', '.join(sorted(only - known))} in {assignment} (items: {', '.join(sorted(known))})")
     with tempfile.TemporaryDirectory(prefix=f"grade-{assignment}-") as scratch_name:
         scratch = Path(scratch_name)
         found = find_submissions(Path(submissions), assignment, scratch)
+        if students is not None:
+            missing = students - {s.student for s in found}
+            if missing:
+                raise ValueError(f"no submission from {', '.join(sorted(missing))} in {submissions}")
+            found = [s for s in found if s.student in students]
         private = [root / name for root in dict.fromkeys([course_root, build.REPO_ROOT])
                    for name in ("solutions", "gradebook.db", "submitted", "autograded", "feedback", ".git")]
         # Last, the shared scratch folders (the worker keeps only its own folder in there).
         private += [Path(submissions).resolve(), scratch, Path("/dev/shm"), Path("/run/lock"), Path("/var/tmp"), Path(tempfile.gettempdir())]
-        tasks = {s.student: (s, str(source_path), str(scratch / "work" / s.student), limits, [str(p) for p in private]) for s in found}
+        tasks = {s.student: (s, str(source_path), str(scratch / "work" / s.student), limits, [str(p) for p in private], only) for s in found}
         reports = _run_pool(tasks, jobs, progress)
+        if only:
+            for report in reports.values():
+                _merge_earlier_grading(course_root, assignment, report, only)
         if gradebook:
-            record_in_gradebook(course_root, assignment, found, reports, scratch, release_path)
+            recorded = [s for s in found if not reports[s.student].grader_error]
+            record_in_gradebook(course_root, assignment, recorded, reports, scratch, release_path)
     return reports
 
 
 def _run_pool(tasks: dict, jobs: int, progress) -> dict[str, StudentReport]:
+    """Grade every task in a pool of ``jobs`` processes.
+
+    A pool process that dies is the grader's failure: its students are graded once more in
+    a fresh pool, then reported as grader errors. If the very first submission could not
+    even start a worker, grading stops (every other would fail the same way).
+    """
     reports: dict[str, StudentReport] = {}
-    started = time.monotonic()
+    started, counter = time.monotonic(), iter(range(1, len(tasks) + 1))
+
+    def report_progress(report: StudentReport) -> None:
+        if progress:
+            progress(f"[{next(counter)}/{len(tasks)}] {report.student}: {_summary(report)} ({time.monotonic() - started:.0f} s)")
+
+    lost = _pool_round(tasks, jobs, reports, report_progress)
+    if lost:
+        _pool_round({student: tasks[student] for student in lost}, 1, reports, report_progress, lost)
+    return dict(sorted(reports.items()))
+
+
+def _pool_round(tasks: dict, jobs: int, reports: dict, report_progress, earlier_failures: dict | None = None) -> dict[str, str]:
+    """One pool over ``tasks``; returns {student: error} for those whose pool process failed."""
+    lost: dict[str, str] = {}
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no state from the caller
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(jobs, 1), mp_context=context) as pool:
         futures = {pool.submit(grade_submission, *task): student for student, task in tasks.items()}
-        for done, future in enumerate(concurrent.futures.as_completed(futures), start=1):
+        for future in concurrent.futures.as_completed(futures):
             student = futures[future]
             try:
                 report = future.result()
-            except Exception as error:  # noqa: BLE001 - a grader bug must not cost the other students
-                report = StudentReport(student, None, error=f"grader error: {type(error).__name__}: {error}")
+            except Exception as error:  # noqa: BLE001 - a grader failure must not cost the students
+                lost[student] = f"{type(error).__name__}: {error}"
+                if earlier_failures is None:
+                    continue  # graded again in a fresh pool
+                report = StudentReport(student, None, error=f"grader error: the grading process failed twice ({lost[student]})",
+                                       grader_error=POOL_FAILED)
             reports[student] = report
-            if progress:
-                progress(f"[{done}/{len(tasks)}] {student}: {_summary(report)} ({time.monotonic() - started:.0f} s)")
-    return dict(sorted(reports.items()))
+            report_progress(report)
+            if report.grader_error == WORKER_FAILED and len(reports) == 1:  # the very first one: every other would fail alike
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise GradingStopped(f"{report.error}\n{report.log}".strip())
+    return lost
 
 
 def _summary(report: StudentReport) -> str:
@@ -179,7 +236,8 @@ def _summary(report: StudentReport) -> str:
     return f"{report.score:g}/{total:g}"
 
 
-def grade_submission(submission: Submission, source_path: str, workdir: str, limits: sandbox.Limits, private: list[str]) -> StudentReport:
+def grade_submission(submission: Submission, source_path: str, workdir: str, limits: sandbox.Limits, private: list[str],
+                     only: set[str] | None = None) -> StudentReport:
     """Grade one student (runs in a pool process)."""
     if submission.error:
         return StudentReport(submission.student, None, error=submission.error, notes=submission.notes)
@@ -188,14 +246,37 @@ def grade_submission(submission: Submission, source_path: str, workdir: str, lim
     except Exception as error:  # noqa: BLE001 - malformed JSON, wrong format, unreadable file
         return StudentReport(submission.student, None, error=f"unreadable notebook {submission.notebook.name}: {error}", notes=submission.notes)
     workdir = Path(workdir)
+    if workdir.exists():  # left by a grading process that died: start afresh
+        shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     for file in submission.files:  # the student's own files, beside their code, never on sys.path first
         target = workdir / file.relative_to(submission.notebook.parent) if file.is_relative_to(submission.notebook.parent) else workdir / file.name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(file, target)
     plan = skeleton.make_plan(nbformat.read(source_path, as_version=4), student_nb)
-    result = harness.grade(plan, workdir, limits, [Path(p) for p in private])
+    try:
+        result = harness.grade(plan, workdir, limits, [Path(p) for p in private], only=only)
+    except harness.GraderError as error:
+        return StudentReport(submission.student, None, error=f"grader error: {error}", notes=submission.notes, grader_error=WORKER_FAILED, log=error.log)
     return StudentReport(submission.student, result, notes=submission.notes + result.notes)
+
+
+def _merge_earlier_grading(course_root: Path, assignment: str, report: StudentReport, only: set[str]) -> None:
+    """Complete a report of the ``only`` items with the student's earlier verdicts on the others."""
+    if report.result is None:
+        return
+    earlier_path = course_root / "autograded" / report.student / assignment / "grading.json"
+    try:
+        earlier = json.loads(earlier_path.read_text())["items"]
+    except (OSError, ValueError, KeyError):
+        report.result, report.grader_error = None, "no earlier grading"
+        report.error = "grader error: --only regrades items of an earlier grading, and this student has none: grade every item first"
+        return
+    regraded = {item.grade_id: item for item in report.result.items}
+    report.result.items = [
+        regraded.get(grade_id) or harness.ItemResult(**{**item, "outcome": Outcome(item["outcome"])})
+        for grade_id, item in earlier.items()
+    ]
 
 
 def record_in_gradebook(course_root: Path, assignment: str, found: list[Submission], reports: dict[str, StudentReport], scratch: Path, release_path: Path) -> None:
@@ -223,6 +304,8 @@ def record_in_gradebook(course_root: Path, assignment: str, found: list[Submissi
     _verify_gradebook(course_root, assignment, reports)
     for student, report in reports.items():
         folder = course_root / "autograded" / student / assignment
+        if report.grader_error:
+            continue
         if folder.exists():
             (folder / "grading.json").write_text(json.dumps(_verdicts(report, items), indent=1))
 
@@ -247,7 +330,7 @@ c.ApplyTrustedResults.release_notebook = {release!r}
 
 def _verdicts(report: StudentReport, items: list[str]) -> dict:
     if report.result is None:
-        failed = {"outcome": "unreadable", "message": report.error, "score": 0.0}
+        failed = {"outcome": Outcome.UNREADABLE.value, "message": report.error, "score": 0.0}
         return {"device": "not run", "device_class": "none", "isolation": "none", "notes": report.notes, "error": report.error,
                 "items": {grade_id: failed for grade_id in items}}
     data = report.result.to_json()
@@ -257,9 +340,9 @@ def _verdicts(report: StudentReport, items: list[str]) -> dict:
 
 
 def _ensure_released(course_root: Path, assignment: str) -> None:
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
 
-    with scripts_on_path(), Gradebook(f"sqlite:///{course_root / 'gradebook.db'}") as gb:
+    with open_gradebook(course_root) as gb:
         try:
             gb.find_assignment(assignment)
             return
@@ -270,11 +353,9 @@ def _ensure_released(course_root: Path, assignment: str) -> None:
 
 def _flag_gpu_regrades(course_root: Path, assignment: str, reports: dict[str, StudentReport]) -> None:
     """Items a CPU grader could not judge: no score, and flagged so the formgrader lists them."""
-    from nbgrader.api import Gradebook
-
-    with scripts_on_path(), Gradebook(f"sqlite:///{course_root / 'gradebook.db'}") as gb:
+    with open_gradebook(course_root) as gb:
         for student, report in reports.items():
-            pending = [item.grade_id for item in report.items.values() if item.outcome == "needs_gpu"]
+            pending = [item.grade_id for item in report.items.values() if item.outcome == Outcome.NEEDS_GPU]
             if not pending:
                 continue
             notebook = gb.find_submission_notebook(assignment, assignment, student)
@@ -287,13 +368,13 @@ def _flag_gpu_regrades(course_root: Path, assignment: str, reports: dict[str, St
 
 def _verify_gradebook(course_root: Path, assignment: str, reports: dict[str, StudentReport]) -> None:
     """Refuse to finish if the gradebook disagrees with the harness on any autograded item."""
-    from nbgrader.api import Gradebook
-
-    with scripts_on_path(), Gradebook(f"sqlite:///{course_root / 'gradebook.db'}") as gb:
+    with open_gradebook(course_root) as gb:
         for student, report in reports.items():
+            if report.grader_error:
+                continue
             notebook = gb.find_submission_notebook(assignment, assignment, student)
             for grade in notebook.grades:
                 item = report.items.get(grade.name)
-                expected = None if item and item.outcome == "needs_gpu" else (item.score if item else None)
+                expected = None if item and item.outcome == Outcome.NEEDS_GPU else (item.score if item else None)
                 if grade.cell.cell_type == "code" and grade.auto_score != expected and not (expected is None and item is None and grade.auto_score == 0):
                     raise RuntimeError(f"gradebook has {grade.auto_score} for {student}/{grade.name}, the harness gave {expected}")

@@ -28,7 +28,21 @@ import torch
 from gpucourse import check, devices, sim
 
 from . import protocol, sandbox
+from .clock import FairClock
+from .outcomes import Outcome
 from .skeleton import Plan, TestItem
+
+
+class GraderError(Exception):
+    """The grader itself failed (a worker that cannot start, a hidden interpreter): never the student's fault.
+
+    Nothing is recorded as a score for that student; ``log`` holds what the worker printed.
+    """
+
+    def __init__(self, message: str, log: str = ""):
+        super().__init__(message)
+        self.log = log
+
 
 class WorkerTimeout(Exception):
     """The student's code did not answer before the deadline."""
@@ -46,11 +60,14 @@ class StudentError(Exception):
 class ItemResult:
     grade_id: str
     points: float
-    outcome: str  # passed, failed, timeout, crashed or needs_gpu
+    outcome: Outcome
     score: float
     message: str = ""
     output: str = ""
     seconds: float = 0.0
+
+    def __post_init__(self):
+        self.outcome = Outcome(self.outcome)
 
 
 @dataclass
@@ -61,6 +78,7 @@ class SubmissionResult:
     isolation: str
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    worst_slowdown: float = 1.0  # how much other load slowed this machine at worst (see autograder.clock)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -73,9 +91,11 @@ class SubmissionResult:
 class StudentWorker:
     """A student's worker process with their code loaded; restarted after a crash or time-out."""
 
-    def __init__(self, cells: list[str], workdir: Path, limits: sandbox.Limits, hidden_paths):
+    def __init__(self, cells: list[str], workdir: Path, limits: sandbox.Limits, hidden_paths, clock=None):
         self.cells, self.workdir, self.limits, self.hidden_paths = cells, workdir, limits, hidden_paths
+        self.clock = clock or FairClock(self.pids)
         self.skipped: set[int] = set()
+        self.retried: set[int] = set()
         self.load_notes: list[str] = []
         self.process: sandbox.WorkerProcess | None = None
         self.callbacks: dict[int, object] = {}
@@ -83,23 +103,61 @@ class StudentWorker:
         self.isolation = "not started"
 
     # -- lifecycle -------------------------------------------------------------------------
+    def pids(self) -> list[int]:
+        """The worker's process (the root of its tree), for the clock: its load is not other load."""
+        return [self.process.process.pid] if self.process is not None else []
+
     def ensure_started(self) -> None:
         while self.process is None:
-            self.process = sandbox.start_worker(self.workdir, self.limits, self.hidden_paths)
-            self.isolation = self.process.isolation
+            self._start()
             for index, source in enumerate(self.cells):
                 if index in self.skipped:
                     continue
                 try:
                     reply = self.request(("exec", source), self.limits.cell_seconds)
-                except (WorkerTimeout, WorkerCrashed) as failure:
-                    # Skip this cell from now on; what depends on it will fail on its own.
-                    self.skipped.add(index)
-                    self._note(f"your code cell {index + 1} {_failure_text(failure)}; it was skipped")
+                except WorkerTimeout as failure:
+                    if index not in self.retried:
+                        # Once more in a fresh worker before the cell is given up: a burst of
+                        # load must not cost an honest cell (and all that depends on it).
+                        self.retried.add(index)
+                    else:
+                        self._skip(index, failure)
+                    self.stop()
+                    break
+                except WorkerCrashed as failure:
+                    self._skip(index, failure)
                     self.stop()
                     break
                 if reply[0] == "raise":
                     self._note(f"your code cell {index + 1} raised {_first_line(reply[2])}")
+
+    def _start(self) -> None:
+        """Start a worker and wait for it to say it is ready, before any student code runs.
+
+        A worker that cannot get that far (a hidden interpreter, a broken install) is the
+        grader's failure, not the student's: tried twice, then :class:`GraderError`.
+        """
+        failure = ""
+        for _ in range(2):
+            self.process = sandbox.start_worker(self.workdir, self.limits, self.hidden_paths)
+            self.isolation = self.process.isolation
+            try:
+                reply = protocol.decode_from_worker(protocol.read_frame(
+                    self.process.from_worker, self.clock.now() + self.limits.cell_seconds, self.clock.now))
+                if reply == ("ready",):
+                    return
+                failure = f"it answered {str(reply)[:80]} instead of ready"
+            except protocol.FrameTimeout:
+                failure = f"it was not ready within {self.limits.cell_seconds:.0f} s"
+            except (protocol.ChannelClosed, OSError, ValueError):
+                failure = self._exit_description()
+            self.stop()
+        raise GraderError(f"the grading worker could not start: {failure}", sandbox.log_tail(self.workdir))
+
+    def _skip(self, index: int, failure: Exception) -> None:
+        """Skip this cell from now on; what depends on it will fail on its own."""
+        self.skipped.add(index)
+        self._note(f"your code cell {index + 1} {_failure_text(failure)}; it was skipped")
 
     def _note(self, note: str) -> None:
         if note not in self.load_notes:  # a restart runs the same cells again
@@ -113,7 +171,7 @@ class StudentWorker:
     # -- messages --------------------------------------------------------------------------
     def request(self, message, seconds: float):
         """Send ``message`` and wait for the final reply, serving callbacks meanwhile."""
-        deadline = time.monotonic() + seconds
+        deadline = self.clock.now() + seconds
         try:
             protocol.write_frame(self.process.to_worker, protocol.encode_for_worker(message))
             while True:
@@ -141,7 +199,7 @@ class StudentWorker:
 
     def _receive(self, deadline: float):
         try:
-            frame = protocol.read_frame(self.process.from_worker, deadline)
+            frame = protocol.read_frame(self.process.from_worker, deadline, self.clock.now)
         except protocol.FrameTimeout:
             raise WorkerTimeout() from None
         return protocol.decode_from_worker(frame)
@@ -335,36 +393,51 @@ def _failure_text(failure: Exception) -> str:
     return "ran past its time limit" if isinstance(failure, WorkerTimeout) else f"crashed the process ({failure})"
 
 
-def grade(plan: Plan, workdir: Path, limits: sandbox.Limits = sandbox.Limits(), hidden_paths=()) -> SubmissionResult:
-    """Grade one submission: every test item of ``plan`` against the student's code."""
+def grade(plan: Plan, workdir: Path, limits: sandbox.Limits = sandbox.Limits(), hidden_paths=(),
+          only: set[str] | None = None) -> SubmissionResult:
+    """Grade one submission: every test item of ``plan`` (or those named in ``only``) against the student's code.
+
+    Every limit is counted on a :class:`~autograder.clock.FairClock`, in quiet-machine
+    seconds, so a busy grading machine gives the same verdicts as a quiet one.
+    Raises :class:`GraderError` when the grader itself fails (no worker can start).
+    """
     started = time.monotonic()
-    notebook_deadline = started + limits.notebook_seconds
-    worker = StudentWorker(plan.student_cells, workdir, limits, list(hidden_paths))
+    workers: list[StudentWorker] = []
+    clock = FairClock(lambda: [pid for w in workers for pid in w.pids()])
+    worker = StudentWorker(plan.student_cells, workdir, limits, list(hidden_paths), clock)
     reference_dir = workdir.parent / f"{workdir.name}.reference"
     reference_dir.mkdir(exist_ok=True)
-    reference = StudentWorker(plan.context, reference_dir, limits, list(hidden_paths))
+    reference = StudentWorker(plan.context, reference_dir, limits, list(hidden_paths), clock)
+    workers += [worker, reference]
+    items = [item for item in plan.items if only is None or item.grade_id in only]
     results, notes = [], list(plan.notes)
-    try:
-        namespace = _trusted_namespace(plan, notes)
-        for item in plan.items:
-            if time.monotonic() > notebook_deadline:
-                results.append(ItemResult(item.grade_id, item.points, "timeout", 0.0, "the whole notebook ran past its time limit"))
-                continue
-            result = _grade_item(item, plan, namespace, worker, reference, limits, notebook_deadline)
-            if result.outcome == "failed":
-                # Once more, on new random inputs: a speed item measured during a burst of load
-                # on a shared machine must not cost a correct answer its points.
-                retry = _grade_item(item, plan, namespace, worker, reference, limits, notebook_deadline)
-                result = retry if retry.outcome == "passed" else result
-            results.append(result)
-        notes += worker.load_notes
-    finally:
-        worker.stop()
-        reference.stop()
+    with clock:
+        notebook_deadline = clock.now() + limits.notebook_seconds
+        try:
+            namespace = _trusted_namespace(plan, notes)
+            for item in items:
+                results.append(_grade_with_retry(item, plan, namespace, worker, reference, limits, notebook_deadline))
+            notes += worker.load_notes
+        finally:
+            worker.stop()
+            reference.stop()
     return SubmissionResult(
         items=results, device=devices.describe(), device_class=devices.device_class(),
-        isolation=worker.isolation, notes=notes, seconds=time.monotonic() - started,
+        isolation=worker.isolation, notes=notes, seconds=time.monotonic() - started, worst_slowdown=round(clock.worst_slowdown, 2),
     )
+
+
+def _grade_with_retry(item: TestItem, plan: Plan, namespace: dict, worker: StudentWorker, reference: StudentWorker,
+                      limits: sandbox.Limits, notebook_deadline: float) -> ItemResult:
+    if worker.clock.now() > notebook_deadline:
+        return ItemResult(item.grade_id, item.points, Outcome.TIMEOUT, 0.0, "the whole notebook ran past its time limit")
+    result = _grade_item(item, plan, namespace, worker, reference, limits, notebook_deadline)
+    if result.outcome == Outcome.FAILED:
+        # Once more, on new random inputs: a speed item measured during a burst of load
+        # on a shared machine must not cost a correct answer its points.
+        retry = _grade_item(item, plan, namespace, worker, reference, limits, notebook_deadline)
+        result = retry if retry.outcome == Outcome.PASSED else result
+    return result
 
 
 def _trusted_namespace(plan: Plan, notes: list[str]) -> dict:
@@ -381,11 +454,11 @@ def _trusted_namespace(plan: Plan, notes: list[str]) -> dict:
 def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, reference: StudentWorker,
                 limits: sandbox.Limits, notebook_deadline: float) -> ItemResult:
     if item.requires_gpu and devices.device_class() != "cuda":
-        return ItemResult(item.grade_id, item.points, "needs_gpu", 0.0, "needs a GPU: regrade this item on a CUDA machine")
-    started = time.monotonic()
-    deadline = min(started + limits.item_seconds, notebook_deadline)
+        return ItemResult(item.grade_id, item.points, Outcome.NEEDS_GPU, 0.0, "needs a GPU: regrade this item on a CUDA machine")
+    started, clock = time.monotonic(), worker.clock
+    deadline = min(clock.now() + limits.item_seconds, notebook_deadline)
     namespace = dict(base)
-    remaining = lambda: max(deadline - time.monotonic(), 0.1)  # noqa: E731
+    remaining = lambda: max(deadline - clock.now(), 0.1)  # noqa: E731
     for name in plan.reference_functions:
         if callable(base.get(name)):
             namespace[name] = ReferenceFunction(base[name], reference, name, remaining)
@@ -400,13 +473,15 @@ def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, r
                 namespace[name] = _result(name, worker.request(("value", name), remaining()))
         with contextlib.redirect_stdout(output):
             exec(compile(item.source, f"<test {item.grade_id}>", "exec"), namespace)  # noqa: S102 - instructor's test
-        outcome, score, message = "passed", item.points, ""
+        outcome, score, message = Outcome.PASSED, item.points, ""
     except WorkerTimeout:
-        outcome, score, message = "timeout", 0.0, f"your code ran past the {limits.item_seconds:.0f} s limit for this item"
+        outcome, score, message = Outcome.TIMEOUT, 0.0, f"your code ran past the {limits.item_seconds:.0f} s limit for this item"
     except WorkerCrashed as crash:
-        outcome, score, message = "crashed", 0.0, f"your code crashed the process: {crash}"
+        outcome, score, message = Outcome.CRASHED, 0.0, f"your code crashed the process: {crash}"
+    except GraderError:
+        raise
     except Exception as error:  # noqa: BLE001 - any failure of the test is the item's outcome
         text = _first_line(str(error)) or "test failed"
-        outcome, score = "failed", 0.0
+        outcome, score = Outcome.FAILED, 0.0
         message = text if getattr(error, "from_student", False) else f"{type(error).__name__}: {text}"
     return ItemResult(item.grade_id, item.points, outcome, score, message, output.getvalue()[-2000:], time.monotonic() - started)

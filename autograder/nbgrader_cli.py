@@ -50,3 +50,12 @@ def scripts_on_path():
         yield
     finally:
         os.environ["PATH"] = previous
+
+
+@contextlib.contextmanager
+def open_gradebook(course: Path):
+    """The course's ``gradebook.db`` as nbgrader's ``Gradebook`` (the one place that opens it)."""
+    from nbgrader.api import Gradebook  # slow import: only where a gradebook is opened
+
+    with scripts_on_path(), Gradebook(f"sqlite:///{Path(course) / 'gradebook.db'}") as gradebook:
+        yield gradebook

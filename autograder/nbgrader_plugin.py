@@ -16,7 +16,8 @@ from nbconvert.preprocessors import Preprocessor
 from nbformat.v4 import new_output
 from traitlets import Bool, Unicode
 
-VERDICT_ERROR_NAMES = {"failed": "TestFailed", "timeout": "TimedOut", "crashed": "Crashed", "needs_gpu": "NeedsGPURegrade", "unreadable": "UnreadableNotebook"}
+from .outcomes import Outcome
+
 
 
 class ApplyTrustedResults(Preprocessor):
@@ -50,9 +51,10 @@ def _verdict_output(item: dict | None, verdicts: dict):
     if item is None:
         return new_output("error", ename="NotGraded", evalue="this item was not graded", traceback=[])
     where = f"graded on {verdicts['device']} ({verdicts['device_class']})"
-    if item["outcome"] == "passed":
+    outcome = Outcome(item["outcome"])
+    if outcome == Outcome.PASSED:
         text = f"passed ({where})\n" + (item.get("output") or "")
         return new_output("stream", name="stdout", text=text)
-    name = VERDICT_ERROR_NAMES.get(item["outcome"], "TestFailed")
+    name = outcome.error_name
     evalue = f"{item['message']} [{where}]"
     return new_output("error", ename=name, evalue=evalue, traceback=[f"{name}: {evalue}"])

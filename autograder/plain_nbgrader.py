@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 
 from .build import REPO_ROOT
-from .nbgrader_cli import run_nbgrader, scripts_on_path
+from .nbgrader_cli import open_gradebook, run_nbgrader
 
 
 @dataclass(frozen=True)
@@ -55,10 +55,8 @@ def autograde(
 
 def read_scores(course: Path, assignment: str, students: list[str]) -> dict[str, dict[str, ItemScore]]:
     """Per-item scores from the course's gradebook, with each failing test's error message."""
-    from nbgrader.api import Gradebook  # slow import, only needed here
-
     scores = {}
-    with scripts_on_path(), Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+    with open_gradebook(course) as gradebook:
         for student in students:
             submission = gradebook.find_submission_notebook(assignment, assignment, student)
             errors = cell_errors(course / "autograded" / student / assignment / f"{assignment}.ipynb")

@@ -19,6 +19,7 @@ import pickle
 import select
 import struct
 import time
+from typing import Callable
 
 import torch
 
@@ -48,21 +49,28 @@ class FrameTimeout(TimeoutError):
     """No complete frame arrived before the deadline."""
 
 
-def read_frame(fd: int, deadline: float | None = None) -> bytes:
-    """One frame; with a ``time.monotonic()`` deadline, a sender that stalls mid-frame cannot hang the reader."""
-    size = _HEADER.unpack(_read_exactly(fd, _HEADER.size, deadline))[0]
+def read_frame(fd: int, deadline: float | None = None, clock: Callable[[], float] = time.monotonic) -> bytes:
+    """One frame; with a deadline on ``clock``, a sender that stalls mid-frame cannot hang the reader.
+
+    ``clock`` may run slower than the wall clock (:class:`autograder.clock.FairClock`), never
+    faster: waiting for what is left of the deadline in wall seconds never overshoots it.
+    """
+    size = _HEADER.unpack(_read_exactly(fd, _HEADER.size, deadline, clock))[0]
     if size > MAX_FRAME:
         raise ChannelClosed(f"frame of {size} bytes is too large")
-    return _read_exactly(fd, size, deadline)
+    return _read_exactly(fd, size, deadline, clock)
 
 
-def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes:
+def _read_exactly(fd: int, size: int, deadline: float | None, clock: Callable[[], float]) -> bytes:
     chunks, remaining = [], size
     while remaining:
-        if deadline is not None:
-            ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
-            if not ready:
+        while deadline is not None:
+            left = deadline - clock()
+            if left <= 0:
                 raise FrameTimeout()
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                break
         chunk = os.read(fd, min(remaining, 1 << 20))
         if not chunk:
             raise ChannelClosed("the worker closed its pipe")

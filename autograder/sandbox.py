@@ -130,27 +130,40 @@ def worker_environment(workdir: Path, threads: int) -> dict[str, str]:
     return env
 
 
+def log_path(workdir: Path) -> Path:
+    """Where a worker's stdout and stderr go: beside its folder, out of the student's reach."""
+    workdir = Path(workdir).resolve()
+    return workdir.parent / f"{workdir.name}.worker.log"
+
+
+def log_tail(workdir: Path, characters: int = 4000) -> str:
+    try:
+        return log_path(workdir).read_text(errors="replace")[-characters:]
+    except OSError:
+        return ""
+
+
 def start_worker(workdir: Path, limits: Limits, hidden_paths: list[Path] = ()) -> WorkerProcess:
     """Start ``python -I -m autograder.worker`` in ``workdir`` (the submission's own folder)."""
     workdir = Path(workdir).resolve()
     to_worker_read, to_worker = os.pipe()
     from_worker, from_worker_write = os.pipe()
     command = [sys.executable, "-I", "-m", "autograder.worker", str(to_worker_read), str(from_worker_write)]
-    log_path = workdir.parent / f"{workdir.name}.worker.log"
+    log = log_path(workdir)
     env = worker_environment(workdir, limits.threads)
     if namespaces_available():
         command, isolation = _namespaced(command, workdir, limits, hidden_paths), "namespaces"
         preexec = None
     else:
         isolation, preexec = "reduced", functools.partial(_apply_rlimits, limits, _address_space_limit(limits))
-    with open(log_path, "ab") as log:
+    with open(log, "ab") as output:
         process = subprocess.Popen(
-            command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=output,
             pass_fds=(to_worker_read, from_worker_write), preexec_fn=preexec, start_new_session=True,
         )
     os.close(to_worker_read)
     os.close(from_worker_write)
-    return WorkerProcess(process, to_worker, from_worker, isolation, log_path)
+    return WorkerProcess(process, to_worker, from_worker, isolation, log)
 
 
 def _address_space_limit(limits: Limits) -> int | None:
@@ -177,18 +190,38 @@ def _namespaced(command: list[str], workdir: Path, limits: Limits, hidden_paths)
     script = ["set -e", "mount --make-rprivate /", "mount -t tmpfs -o size=1m,mode=0755 tmpfs /mnt"]
     script += _reachable_interpreter_mounts(staging)
     # What the worker needs stays visible even inside a hidden folder (a clone under /tmp).
-    keep = [workdir, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), *_package_dirs()]
+    keep = [workdir, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), *_package_dirs(), *_interpreter_folders()]
     for path in hidden_paths:
         script += _hide(Path(path).resolve(), keep=keep, staging=staging)
     address_space = _address_space_limit(limits)
     limited = [
         "prlimit", *([f"--as={address_space}"] if address_space else []), f"--nproc={limits.processes}",
         f"--fsize={limits.file_bytes}", "--core=0", "--",
-        "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--",
+        # --pdeathsig after the change of user (which clears it): the worker dies with unshare.
+        "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--pdeathsig=KILL", "--",
         *command,
     ]
     script.append("exec " + shlex.join(limited))
-    return ["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "--", "/bin/sh", "-c", "\n".join(script)]
+    # unshare dies with the grading process (a killed pool process leaves no worker running on).
+    return ["setpriv", "--pdeathsig=KILL", "--", "unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "--",
+            "/bin/sh", "-c", "\n".join(script)]
+
+
+def _interpreter_folders() -> list[Path]:
+    """The folder of every link on the way from ``sys.executable`` to the real interpreter.
+
+    A venv's ``python`` may point through links that live in a hidden folder (a venv made
+    from another venv, a Python under /tmp): each hop must stay reachable, or the worker
+    cannot even start. Resolved here, before any folder is hidden.
+    """
+    folders, path = [], Path(os.path.abspath(sys.executable))
+    for _ in range(40):  # the kernel's own limit on a chain of links
+        folders.append(path.parent.resolve())
+        if not path.is_symlink():
+            break
+        target = Path(os.readlink(path))
+        path = Path(os.path.normpath(path.parent / target))
+    return list(dict.fromkeys(folders))
 
 
 def _package_dirs() -> list[Path]:

@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 import nbformat
 
 
+# The tag of a graded test cell that needs a CUDA GPU (the build checks where it is used).
+REQUIRES_GPU = "requires-gpu"
+
+
 @dataclass(frozen=True)
 class TestItem:
     """One autograded test cell of the source."""
@@ -26,7 +30,7 @@ class TestItem:
 
     @property
     def requires_gpu(self) -> bool:
-        return "requires-gpu" in self.tags
+        return REQUIRES_GPU in self.tags
 
 
 @dataclass

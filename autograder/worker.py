@@ -124,6 +124,7 @@ class Worker:
         return protocol.decode_from_harness(protocol.read_frame(self.fd_in))
 
     def serve(self) -> None:
+        self.send("ready")  # before any student code: the harness tells its own failures from theirs
         while True:
             try:
                 message = self.receive()

@@ -22,14 +22,19 @@ ASSIGNMENT = "01_gpu_basics"
 SOLUTION_PATH = REPO_ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
 RELEASE_PATH = REPO_ROOT / "assignments" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
 
-# The autograded items of module 01 and their points (first_call_answer is graded by hand).
-ITEMS = {
-    "test_time_call": 2.0,
-    "test_pairwise_correct": 2.0,
-    "test_pairwise_speed": 2.0,
-    "test_roofline": 2.0,
-    "test_offload": 2.0,
-}
+
+
+def _items() -> tuple[dict[str, float], set[str]]:
+    """The autograded items of module 01 with their points, and those only a GPU can grade,
+    read from the source notebook (written answers are graded by hand and not listed)."""
+    from autograder import skeleton
+
+    source = nbformat.read(SOLUTION_PATH, as_version=4)
+    items = skeleton.make_plan(source, source).items
+    return {item.grade_id: item.points for item in items}, {item.grade_id for item in items if item.requires_gpu}
+
+
+ITEMS, GPU_ITEMS = _items()
 PAIRWISE_ITEMS = ("test_pairwise_correct", "test_pairwise_speed")
 
 
@@ -470,13 +475,7 @@ def variants(course_root: Path, submissions_dir: Path, token: str = "probe") -> 
         "segfault": {name: nb(answer(SEGFAULT))},
         "exit_in_offload": {name: nb(with_cell(ref, "offload", OFFLOAD_EXIT))},
         "memory_hog": {name: nb(answer(MEMORY_HOG))},
-        "deleted_test": {name: nb(without_cell(ref, "test_roofline"))},
-        "edited_test": {name: nb(with_cell(ref, "test_pairwise_speed", "pass"))},
-        "edited_test_slow": {name: nb(with_cell(answer(LOOP), "test_pairwise_speed", "pass"))},
-        "split_test": {name: nb(split_cell(ref, "test_offload"))},
-        "markdown_test": {name: nb(retyped_to_markdown(ref, "test_pairwise_correct"))},
         "malformed": {name: truncated(ref)},
-        "renamed": {"my_work.ipynb": nb(ref)},
         "patched_clock": {name: nb(with_extra_cell(answer(LOOP), "imports", PATCH_CLOCK))},
         "patched_timing": {name: nb(with_extra_cell(answer(LOOP), "imports", PATCH_TIMING))},
         "patched_checks": {name: nb(with_extra_cell(answer(SQRT), "imports", PATCH_COMPARISONS))},
@@ -496,6 +495,21 @@ def variants(course_root: Path, submissions_dir: Path, token: str = "probe") -> 
     for index in (1, 2, 3):
         students[f"broadcasting_{index}"] = {name: nb(answer(BROADCASTING))}
     return students
+
+
+def structural_variants() -> dict[str, tuple[nbformat.NotebookNode, nbformat.NotebookNode]]:
+    """Submissions that change the notebook's *test* cells, each with the notebook it must grade
+    exactly like: the grader takes every test from the source, so only the answers count.
+    (Checked on the plan the grader builds: no grading needed to prove it.)"""
+    ref = reference()
+    loop = with_cell(ref, "pairwise_sq_dists", LOOP)
+    return {
+        "deleted_test": (without_cell(ref, "test_roofline"), ref),
+        "edited_test": (with_cell(ref, "test_pairwise_speed", "pass"), ref),
+        "edited_test_slow": (with_cell(loop, "test_pairwise_speed", "pass"), loop),
+        "split_test": (split_cell(ref, "test_offload"), ref),
+        "markdown_test": (retyped_to_markdown(ref, "test_pairwise_correct"), ref),
+    }
 
 
 def hanging_variants() -> dict[str, dict[str, bytes]]:

@@ -115,3 +115,141 @@ def _outside_solutions(notebook) -> str:
     code = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "code")
     code = re.sub(r"### BEGIN SOLUTION.*?### END SOLUTION", "", code, flags=re.S)
     return re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", "", code, flags=re.S)
+
+
+# --- Cell tags, and graded cells that use a GPU ----------------------------------------------------
+
+GRADED = '# %% nbgrader={"grade_id": "test_it", "grade": true, "points": 1}'
+GRADED_GPU = GRADED + ' tags=["requires-gpu"]'
+SETUP = '# %% nbgrader={"grade_id": "setup", "locked": true}\nimport torch\nfrom gpucourse import kernels\n'
+
+
+def _build_cells(tmp_path, *cells):
+    """Build a py:percent source made of ``cells``; return it and the path it was read from."""
+    source = tmp_path / "01_x.py"
+    source.write_text("\n\n".join(cells) + "\n")
+    return build.notebook_from_source(source), source
+
+
+def _build_error(tmp_path, *cells) -> str:
+    with pytest.raises(build.BuildError) as error:
+        _build_cells(tmp_path, *cells)
+    return str(error.value)
+
+
+@pytest.mark.parametrize(
+    "code, found",
+    [
+        ('x = 1\nassert x\nif kernels.gpu_or_explain("it is faster"):\n    pass', "calls gpu_or_explain on line 3 of the cell"),
+        ('if gpu_or_explain("it is faster"):\n    pass', "calls gpu_or_explain on line 1 of the cell"),
+        ("if torch.cuda.is_available():\n    pass", "uses torch.cuda on line 1 of the cell"),
+        ("start = torch.cuda.Event(enable_timing=True)", "uses torch.cuda on line 1 of the cell"),
+        ("from torch import cuda", "imports torch.cuda on line 1 of the cell"),
+        ("x = torch.ones(3).cuda()", "calls .cuda() on line 1 of the cell"),
+        ('x = torch.ones(3, device="cuda")', "passes 'cuda' to a call on line 1 of the cell"),
+        ('dev = torch.device("cuda:1")', "passes 'cuda:1' to a call on line 1 of the cell"),
+        ('x = torch.ones(3).to("cuda")', "passes 'cuda' to a call on line 1 of the cell"),
+        ('SPEEDUP_NEEDED = {"cuda": 10.0}', "has a dict key 'cuda' without a 'cpu' one on line 1 of the cell"),
+        ('settings = {"device": "cuda"}', "has a dict value 'cuda' on line 1 of the cell"),
+    ],
+)
+def test_graded_cell_using_a_gpu_needs_the_requires_gpu_tag(tmp_path, code, found):
+    message = _build_error(tmp_path, SETUP, f"{GRADED}\n{code}")
+    for fragment in (
+        f"{tmp_path / '01_x.py'}, cell 2: graded test cell 'test_it' uses a GPU",
+        found,
+        "but has no 'requires-gpu' tag",
+        'add tags=["requires-gpu"] to its # %% header',
+    ):
+        assert fragment in message
+
+
+def test_every_gpu_use_of_a_cell_is_listed(tmp_path):
+    message = _build_error(tmp_path, f'{GRADED}\nx = torch.ones(2).cuda()\nif kernels.gpu_or_explain("faster"):\n    y = x.to("cuda:0")')
+    assert "(calls .cuda() on line 1 of the cell; calls gpu_or_explain on line 2 of the cell; passes 'cuda:0' to a call on line 3 of the cell)" in message
+
+
+def test_graded_cell_tagged_requires_gpu_builds(tmp_path):
+    notebook, _ = _build_cells(tmp_path, SETUP, f'{GRADED_GPU}\nSPEEDUP_NEEDED = {{"cuda": 1.5}}\nif kernels.gpu_or_explain("faster"):\n    x = torch.ones(3, device="cuda")')
+    assert notebook.cells[1].metadata["tags"] == ["requires-gpu"]
+
+
+def test_per_device_dict_is_not_gpu_use(tmp_path):
+    notebook, _ = _build_cells(tmp_path, f'{GRADED}\nSPEEDUP_NEEDED = {{"cpu": 4.0, "cuda": 10.0}}\nassert check.required_speedup(SPEEDUP_NEEDED) > 1')
+    assert "tags" not in notebook.cells[0].metadata
+    assert build.gpu_uses('SIZES = {"cuda": 8192, "cpu": 512}') == []
+    assert build.gpu_uses('ONLY_GPU = {"cuda": 8192, "gpu": 512}') == ["has a dict key 'cuda' without a 'cpu' one on line 1 of the cell"]
+
+
+def test_comments_docstrings_and_names_do_not_count_as_gpu_use(tmp_path):
+    code = '''"""On a GPU (torch.cuda, device="cuda") this would call gpu_or_explain; here it does not."""
+# if torch.cuda.is_available(): x.cuda(); torch.device("cuda")
+per_device(cpu=512, cuda=8192)  # keyword names are not strings
+message = "cuda"  # a string, but not a call's argument
+assert cuda_count == 0
+'''
+    _build_cells(tmp_path, f"{GRADED}\n{code}")
+    assert build.gpu_uses(code) == []
+
+
+def test_gpu_use_outside_graded_test_cells_needs_no_tag(tmp_path):
+    _build_cells(
+        tmp_path,
+        '# %% nbgrader={"grade_id": "setup", "locked": true}\nDEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")',
+        '# %% nbgrader={"grade_id": "answer", "solution": true}\ndef f(x):\n    return x.cuda()',
+        '# %%\nif kernels.gpu_or_explain("faster"):\n    pass',
+    )
+
+
+def test_ipython_syntax_in_a_graded_cell_is_read(tmp_path):
+    assert build.gpu_uses('%time y = 1\n!nvidia-smi\nx = torch.ones(1, device="cuda")') == ["passes 'cuda' to a call on line 3 of the cell"]
+
+
+def test_unknown_tag_is_rejected(tmp_path):
+    message = _build_error(tmp_path, "# %% [markdown]\n# Intro", '# %% tags=["requires_gpu"]\nx = 1')
+    assert f"{tmp_path / '01_x.py'}, cell 2: unknown tag 'requires_gpu'; the known tags are ['requires-gpu']" in message
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        '# %% tags=["requires-gpu"]',
+        '# %% [markdown] tags=["requires-gpu"]',
+        '# %% nbgrader={"grade_id": "answer", "solution": true} tags=["requires-gpu"]',
+        '# %% nbgrader={"grade_id": "essay", "solution": true, "grade": true, "points": 1} tags=["requires-gpu"]',
+        '# %% nbgrader={"grade_id": "helpers", "locked": true} tags=["requires-gpu"]',
+    ],
+)
+def test_requires_gpu_outside_a_graded_test_cell_is_rejected(tmp_path, header):
+    message = _build_error(tmp_path, SETUP, f"{header}\nx = 1")
+    assert f"{tmp_path / '01_x.py'}, cell 2: tag 'requires-gpu' is only for graded test cells (nbgrader grade: true, not a solution)" in message
+    assert "it means nothing on this cell: remove it" in message
+
+
+# --- Every generated notebook names its source -----------------------------------------------------
+
+
+def test_generated_notebook_names_its_source_relative_to_the_root(tmp_path):
+    source = tmp_path / "solutions" / "01_x" / "01_x.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("# %%\nx = 1\n")
+    notebook = build.notebook_from_source(source, tmp_path)
+    assert notebook.metadata["gpucourse"] == {"source": "solutions/01_x/01_x.py", "generated": "do not edit: run make build"}
+    assert build.notebook_from_source(source).metadata["gpucourse"]["source"] == "01_x.py"  # outside the repository, no root
+    with pytest.raises(build.BuildError, match="is not inside the course root"):
+        build.notebook_from_source(source, tmp_path / "elsewhere")
+
+
+def test_every_committed_notebook_names_its_existing_source(repo_root):
+    notebooks = sorted(repo_root.glob("course/*.ipynb")) + sorted(repo_root.glob("solutions/*/*.ipynb")) + sorted(repo_root.glob("assignments/*/*.ipynb"))
+    assert len(notebooks) >= 3 * len(build.assignment_sources(repo_root))
+    for path in notebooks:
+        relative = path.relative_to(repo_root)
+        named = nbformat.read(path, as_version=4).metadata.get("gpucourse", {})
+        expected = relative.with_suffix(".py") if relative.parts[0] != "assignments" else ("solutions" / relative.relative_to("assignments")).with_suffix(".py")
+        assert named.get("source") == expected.as_posix(), f"{relative} should name its source {expected.as_posix()}, names {named.get('source')!r}"
+        assert (repo_root / named["source"]).is_file(), f"{relative} names {named['source']}, which does not exist"
+        if relative.parts[0] == "assignments":  # students get these: the note addresses the staff
+            assert named["generated"].startswith(f"generated from {named['source']} by make build"), named
+        else:
+            assert named["generated"] == "do not edit: run make build", named

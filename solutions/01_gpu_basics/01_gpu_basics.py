@@ -33,7 +33,7 @@ DEVICE = gpucourse.device()
 print(f"Running on {gpucourse.describe()} (device class {gpucourse.device_class()!r})")
 
 # %% [markdown]
-# ## Question 1: a timing function (2 points)
+# ## Question 1: a timing function (3 points)
 #
 # Write `time_call(fn, *args, warmup=3, repeats=10)`:
 # - call `fn(*args)` `warmup` times without timing (those calls pay one-time costs),
@@ -43,6 +43,7 @@ print(f"Running on {gpucourse.describe()} (device class {gpucourse.device_class(
 # GPU work is asynchronous: a call returns once its kernels are queued, not when they finish.
 # When CUDA is in use (`torch.cuda.is_available()`), call `torch.cuda.synchronize()` before starting and before stopping the clock.
 #
+# 2 points for the timing on any machine, 1 for the synchronisation, checked on a GPU (a CPU grader leaves it for a GPU regrade).
 # About 10 lines.
 
 # %% nbgrader={"grade_id": "time_call", "solution": true}
@@ -111,8 +112,11 @@ assert 0.015 < seconds < 0.5, f"expected about 0.02 s, got {seconds:.4f}"
 fn, calls = sleeper([0.002, 0.002, 0.04, 0.04])
 seconds = time_call(fn, warmup=0, repeats=4)
 assert 0.015 < seconds < 0.039, f"median of [2, 2, 40, 40] ms should be about 21 ms, got {seconds * 1e3:.1f} ms"
+### END HIDDEN TESTS
 
-if torch.cuda.is_available():
+# %% nbgrader={"grade_id": "test_time_call_sync", "grade": true, "points": 1} tags=["requires-gpu"]
+"""On a GPU: time_call waits for the GPU to finish before it reads the clock."""
+if gpucourse.gpu_or_explain("a 4096×4096 matmul timed with time_call takes milliseconds; without synchronising it looks almost free"):
     # Asynchronous launches: without synchronisation a big matmul would look almost free.
     a = torch.randn(4096, 4096, device="cuda")
     honest = timing.measure(torch.mm, a, a).median
@@ -121,7 +125,6 @@ if torch.cuda.is_available():
         f"time_call measured {measured * 1e3:.3f} ms for a matmul that takes {honest * 1e3:.3f} ms: "
         "synchronise CUDA before reading the clock"
     )
-### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Question 2: squared distances without Python loops (4 points)

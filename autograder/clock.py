@@ -1,0 +1,173 @@
+"""Deadlines that a busy machine cannot turn against honest code.
+
+An instructor's server grades with as many jobs as it has cores, often beside other work; a
+CI machine runs tests in parallel. Under such load a correct student cell that takes 3 s on a
+quiet machine can take 10 s of wall time, and a wall-clock limit would cost it its points.
+
+So the limits on student code are counted on a :class:`FairClock`: in *quiet-machine
+seconds*. Each wall second counts ``1 / slowdown``, where ``slowdown`` is what one busy
+thread suffers from the tasks that compete for this machine's cores:
+
+    slowdown = clamp((others + 1) / cores, 1, MAX_SLOWDOWN)
+
+``others`` counts the runnable tasks that do *not* belong to this grading process or to the
+workers it started, sampled a few times a second from ``/proc``. Excluding our own workers
+matters: a student's fork bomb loads the machine, but that load must not slow the clock that
+stops it. ``MAX_SLOWDOWN`` bounds the stretch, so a runaway is stopped within
+``MAX_SLOWDOWN`` times its limit however busy the machine is.
+
+A sleeping hang is charged like any other code (sleep is not slowed by load, but it is not
+told apart either); that only lets it run a little longer on a busy machine, never costs an
+honest answer anything. Where ``/proc`` is missing (macOS), the clock is the wall clock.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+MAX_SLOWDOWN = 6.0
+SAMPLE_SECONDS = 0.2
+_PROC = Path("/proc")
+
+
+def cores() -> int:
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def machine_runnable() -> int | None:
+    """Tasks runnable on the whole machine right now (``procs_running``), or None without /proc."""
+    try:
+        for line in (_PROC / "stat").read_text().splitlines():
+            if line.startswith("procs_running"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _task_states(pid: int) -> Iterable[tuple[int, str]]:
+    """(tid, state letter) of every thread of process ``pid``."""
+    try:
+        tids = os.listdir(_PROC / str(pid) / "task")
+    except OSError:
+        return []
+    states = []
+    for tid in tids:
+        try:
+            stat = (_PROC / str(pid) / "task" / tid / "stat").read_text()
+        except OSError:
+            continue
+        states.append((int(tid), stat[stat.rfind(")") + 2]))  # the name may hold spaces and ")"
+    return states
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for tid, _ in _task_states(pid):
+        try:
+            found += [int(child) for child in (_PROC / str(pid) / "task" / str(tid) / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def runnable_in_trees(roots: Iterable[int]) -> int:
+    """Runnable threads in the process trees below ``roots`` (each root included)."""
+    count, seen, pending = 0, set(), list(roots)
+    while pending:
+        pid = pending.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        count += sum(1 for _, state in _task_states(pid) if state == "R")
+        pending += _children(pid)
+    return count
+
+
+class FairClock:
+    """Quiet-machine seconds since the clock started (see the module's docstring).
+
+    ``own_roots`` returns the pids of the processes this clock's owner started (its workers);
+    their runnable tasks and this process's own threads never count as load.
+    """
+
+    def __init__(self, own_roots: Callable[[], Iterable[int]] = tuple, *, max_slowdown: float = MAX_SLOWDOWN,
+                 sample_seconds: float = SAMPLE_SECONDS):
+        self.own_roots, self.max_slowdown, self.sample_seconds = own_roots, max_slowdown, sample_seconds
+        self.cores = cores()
+        self._lock = threading.Lock()
+        self._wall = time.monotonic()
+        self._fair = 0.0
+        self._slowdown = 1.0
+        self.worst_slowdown = 1.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.available = machine_runnable() is not None
+
+    def __enter__(self) -> "FairClock":
+        if self.available:
+            self._thread = threading.Thread(target=self._sample_forever, name="fair-clock", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def now(self) -> float:
+        with self._lock:
+            return self._fair + (time.monotonic() - self._wall) / self._slowdown
+
+    @property
+    def slowdown(self) -> float:
+        return self._slowdown
+
+    def measure_slowdown(self) -> float:
+        """The slowdown one busy thread would see now, from load this clock's owner did not cause."""
+        total = machine_runnable()
+        if total is None:
+            return 1.0
+        ours = runnable_in_trees([os.getpid(), *self.own_roots()])
+        others = max(total - ours, 0)
+        return min(max((others + 1) / self.cores, 1.0), self.max_slowdown)
+
+    def _advance(self, slowdown: float) -> None:
+        with self._lock:
+            wall = time.monotonic()
+            self._fair += (wall - self._wall) / self._slowdown
+            self._wall, self._slowdown = wall, slowdown
+            self.worst_slowdown = max(self.worst_slowdown, slowdown)
+
+    def _sample_forever(self) -> None:
+        while not self._stop.wait(self.sample_seconds):
+            try:
+                self._advance(self.measure_slowdown())
+            except Exception:  # noqa: BLE001 - a sampling hiccup must not stop the clock
+                self._advance(self._slowdown)
+
+
+class WallClock:
+    """The plain wall clock with :class:`FairClock`'s interface (tests, and where fairness is off)."""
+
+    worst_slowdown = slowdown = 1.0
+    available = False
+
+    def __init__(self):
+        self._start = time.monotonic()
+
+    def __enter__(self) -> "WallClock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def now(self) -> float:
+        return time.monotonic() - self._start

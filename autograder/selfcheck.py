@@ -1,0 +1,60 @@
+"""The students' self-check (``gpucourse check NOTEBOOK``), run by the grader's own machinery.
+
+The notebook's visible tests run the way the autograder runs them: the student's code in a
+separate process, the tests and their clocks outside it. It prints, question by question,
+what passed and what did not, with measured against required speed for speed items.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+from . import harness, skeleton
+from .outcomes import Outcome
+
+
+def run_check(notebook_path: Path) -> int:
+    """Check one notebook; 0 when every visible test passed, 1 when one did not, 2 when it could not run."""
+    try:
+        notebook = nbformat.read(notebook_path, as_version=4)
+    except (OSError, ValueError) as error:
+        print(f"cannot read {notebook_path}: {error}", file=sys.stderr)
+        return 2
+    plan = skeleton.make_plan(notebook, notebook)
+    if not plan.items:
+        print(f"{notebook_path} has no graded test cells")
+        return 2
+    print(f"checking {Path(notebook_path).name}: {len(plan.items)} graded items, your code in a separate process ...")
+    with tempfile.TemporaryDirectory(prefix="gpucourse-check-") as scratch:
+        workdir = Path(scratch) / "work"
+        workdir.mkdir()
+        try:
+            result = harness.grade(plan, workdir)
+        except harness.GraderError as error:
+            print(f"the check itself failed (not your code): {error}\n{error.log}", file=sys.stderr)
+            return 2
+    print(report(result))
+    return 0 if all(item.outcome == Outcome.PASSED for item in result.items) else 1
+
+
+def report(result: harness.SubmissionResult) -> str:
+    lines = [f"{'question':<24} {'points':>6}  result"]
+    for item in result.items:
+        points = f"{item.score:g}/{item.points:g}"
+        label = item.outcome.label
+        detail = (item.message or _speed_line(item.output) or "").removeprefix(f"{label}: ")
+        lines.append(f"{item.grade_id:<24} {points:>6}  {label}{': ' + detail if detail else ''}")
+    total = sum(item.points for item in result.items)
+    lines.append(f"{'total (visible tests)':<24} {result.score:g}/{total:g}  measured on {result.device}")
+    lines += [f"note: {note}" for note in result.notes]
+    lines.append("Grading also runs hidden tests (other shapes, dtypes, edge cases): passing here is necessary, not sufficient.")
+    return "\n".join(lines)
+
+
+def _speed_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if "× faster" in line]
+    return lines[-1] if lines else ""

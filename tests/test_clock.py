@@ -1,0 +1,94 @@
+"""The grader's fair clock: limits in quiet-machine seconds, whatever else runs on the machine."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from autograder import clock, protocol
+from autograder.clock import FairClock
+
+needs_proc = pytest.mark.skipif(clock.machine_runnable() is None, reason="needs Linux's /proc")
+
+
+@pytest.mark.parametrize("total, ours, cores, expected", [
+    (1, 1, 2, 1.0),  # only us: no slowdown
+    (3, 1, 2, 1.5),  # two others and us on two cores
+    (5, 1, 2, 2.5),  # four busy processes on two cores: each runnable task gets 2/5 of a core
+    (9, 5, 2, 2.5),  # our own workers' load (a fork bomb of theirs) does not count
+    (500, 1, 2, clock.MAX_SLOWDOWN),  # bounded: a runaway is stopped within MAX_SLOWDOWN × its limit
+    (4, 1, 8, 1.0),  # enough cores for everyone
+])
+def test_slowdown_counts_only_load_we_did_not_cause(monkeypatch, total, ours, cores, expected):
+    monkeypatch.setattr(clock, "machine_runnable", lambda: total)
+    monkeypatch.setattr(clock, "runnable_in_trees", lambda roots: ours)
+    fair = FairClock()
+    fair.cores = cores
+    assert fair.measure_slowdown() == pytest.approx(expected)
+
+
+def test_without_proc_the_clock_is_the_wall_clock(monkeypatch):
+    monkeypatch.setattr(clock, "machine_runnable", lambda: None)
+    fair = FairClock()
+    assert not fair.available and fair.measure_slowdown() == 1.0
+
+
+def test_fair_seconds_run_slower_by_the_slowdown(monkeypatch):
+    """Each wall second counts 1/slowdown: 2 s at slowdown 2 and 1 s at slowdown 1 make 2 fair s."""
+    now = [100.0]
+    monkeypatch.setattr(clock.time, "monotonic", lambda: now[0])
+    fair = FairClock()
+    fair._advance(2.0)  # from now on, twice as slow
+    now[0] += 2.0
+    fair._advance(1.0)
+    now[0] += 1.0
+    assert fair.now() == pytest.approx(2.0)
+    assert fair.worst_slowdown == 2.0
+
+
+@needs_proc
+def test_runnable_tasks_of_a_process_tree_are_counted():
+    """Busy grandchildren count towards the tree of the process that started them."""
+    script = "import subprocess, sys; ps = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(2)]; [p.wait() for p in ps]"
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        seen = 0
+        deadline = time.monotonic() + 30
+        while seen < 1 and time.monotonic() < deadline:  # a busy task is runnable even when it waits for a core
+            seen = clock.runnable_in_trees([parent.pid])
+            time.sleep(0.05)
+        assert seen >= 1
+        assert clock.runnable_in_trees([os.getpid()]) >= 1, "this thread, reading /proc, is running"
+    finally:
+        subprocess.run(["pkill", "-KILL", "-P", str(parent.pid)], check=False)
+        parent.kill()
+        parent.wait()
+
+
+@needs_proc
+def test_a_running_clock_samples_and_stops():
+    with FairClock(sample_seconds=0.05) as fair:
+        time.sleep(0.3)
+        first = fair.now()
+        time.sleep(0.1)
+        assert fair.now() > first > 0
+    assert not fair._thread.is_alive()
+
+
+def test_read_frame_deadline_is_on_the_given_clock():
+    """A frame deadline counts on the clock it is given: one running at half speed waits twice as long."""
+    read_end, write_end = os.pipe()
+    started = time.monotonic()
+
+    def half_speed():
+        return (time.monotonic() - started) / 2
+
+    try:
+        with pytest.raises(protocol.FrameTimeout):
+            protocol.read_frame(read_end, half_speed() + 0.3, half_speed)
+        assert time.monotonic() - started >= 0.6
+    finally:
+        os.close(read_end)
+        os.close(write_end)
