@@ -111,7 +111,8 @@ def notebook_from_source(source: Path, root: Path | None = None) -> nbformat.Not
         if cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None
-    notebook.metadata = nbformat.from_dict({**NOTEBOOK_METADATA, GENERATED_KEY: {"source": course_path(source, root), "generated": "do not edit: run make build"}})
+    origin = {"source": course_path(source, root), "generated": "do not edit: run make build"}
+    notebook.metadata = nbformat.from_dict({**NOTEBOOK_METADATA, GENERATED_KEY: origin})
     notebook.nbformat, notebook.nbformat_minor = 4, NBFORMAT_MINOR
     nbformat.validate(notebook)
     return notebook

@@ -279,7 +279,8 @@ def _merge_earlier_grading(course_root: Path, assignment: str, report: StudentRe
     ]
 
 
-def record_in_gradebook(course_root: Path, assignment: str, found: list[Submission], reports: dict[str, StudentReport], scratch: Path, release_path: Path) -> None:
+def record_in_gradebook(course_root: Path, assignment: str, found: list[Submission], reports: dict[str, StudentReport],
+                        scratch: Path, release_path: Path) -> None:
     """Write every verdict into nbgrader's gradebook with one ``nbgrader autograde`` run."""
     _ensure_released(course_root, assignment)
     release_nb = nbformat.read(release_path, as_version=4)

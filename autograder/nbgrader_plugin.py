@@ -19,7 +19,6 @@ from traitlets import Bool, Unicode
 from .outcomes import Outcome
 
 
-
 class ApplyTrustedResults(Preprocessor):
     enabled = Bool(True)  # nbconvert's preprocessors are off unless enabled
     results_dir = Unicode(help="folder of <student>.json verdicts written by autograder.grading").tag(config=True)

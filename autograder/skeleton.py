@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 import nbformat
 
-
 # The tag of a graded test cell that needs a CUDA GPU (the build checks where it is used).
 REQUIRES_GPU = "requires-gpu"
 

@@ -23,7 +23,6 @@ from gpucourse import check, sim
 from . import protocol
 
 
-
 class _NoIPython:
     """``get_ipython()`` while grading: magics and shell escapes do nothing."""
 

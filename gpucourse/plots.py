@@ -276,7 +276,7 @@ def warp_sectors(ax, addresses, *, bytes_per_lane: int = 4, sector_bytes: int = 
         raise ValueError("no active lanes to draw")
     sectors = sorted(memory.touched_units(addresses, bytes_per_lane, sector_bytes))
     column = {sector: index for index, sector in enumerate(sectors)}  # touched sectors side by side, gaps elided
-    for sector, index in column.items():
+    for index in column.values():
         ax.add_patch(_box(index * sector_bytes, 0, sector_bytes, 1, "#dbe9f6"))
     for lane, address in enumerate(addresses):
         sector = address // sector_bytes

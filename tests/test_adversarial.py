@@ -28,14 +28,14 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import adversarial as adv
 import nbformat
 import pytest
 import torch
 
-import adversarial as adv
 from autograder import sandbox
 from autograder.clock import FairClock
-from autograder.grading import GradingStopped, StudentReport, grade_assignment
+from autograder.grading import StudentReport, grade_assignment
 from autograder.nbgrader_cli import scripts_on_path
 
 ASSIGNMENT = adv.ASSIGNMENT
@@ -287,7 +287,7 @@ def test_builders_make_valid_notebooks(tmp_path):
         for filename, data in files.items():
             if filename.endswith(".ipynb") and student != "malformed":
                 nbformat.validate(nbformat.reads(data.decode(), as_version=4))
-    with pytest.raises(Exception):
+    with pytest.raises(nbformat.reader.NotJSONError):
         nbformat.reads(students["malformed"]["01_gpu_basics.ipynb"].decode(errors="replace"), as_version=4)
     for submitted, _ in adv.structural_variants().values():
         nbformat.validate(submitted)
@@ -381,7 +381,8 @@ def test_untouched_release_earns_nothing(main_run):
 
 def test_broadcasting_verdict_is_stable(main_run):
     """Three identical borderline-fast answers, graded separately: the same verdict each time."""
-    verdicts = {student: {g: (i.outcome, i.score) for g, i in main_run.reports[student].items.items()} for student in ("broadcasting_1", "broadcasting_2", "broadcasting_3")}
+    verdicts = {student: {g: (i.outcome, i.score) for g, i in main_run.reports[student].items.items()}
+                for student in ("broadcasting_1", "broadcasting_2", "broadcasting_3")}
     assert len({tuple(sorted(v.items())) for v in verdicts.values()}) == 1, verdicts
 
 
@@ -463,7 +464,8 @@ def test_symlinks_in_a_submission_are_not_followed(main_run):
 
 def test_repository_and_course_sources_unchanged(main_run):
     assert repo_digests() == main_run.extra['repo_before'], "grading changed files of the repository"
-    assert file_digests(main_run.course / "solutions", main_run.course / "nbgrader_config.py") == main_run.extra['course_before'], "grading changed the course's sources"
+    course_now = file_digests(main_run.course / "solutions", main_run.course / "nbgrader_config.py")
+    assert course_now == main_run.extra["course_before"], "grading changed the course's sources"
 
 
 def test_gradebook_intact_and_exact(main_run):
@@ -596,34 +598,29 @@ class TestStalledProtocol:
 class TestGraderFailures:
     """The grader's own failures are never a student's 0: reported as grader errors, never recorded."""
 
-    def test_worker_that_cannot_start_stops_grading_and_records_nothing(self, tmp_path):
-        # 64 MB of address space: the worker cannot even import torch, before any student code.
-        starved = sandbox.Limits(cell_seconds=20, item_seconds=20, notebook_seconds=60, memory_bytes=64 * 1024**2)
+    def test_worker_that_cannot_start_stops_grading_and_records_nothing(self, tmp_path, capsys):
+        """64 MB of address space: no worker can even import torch, before any student code.
+        The first failure stops the run (every other would fail alike); no one gets a score."""
+        from autograder import cli
+
         if not MEMORY_CAPPED:
             pytest.skip("no address-space cap on a CUDA grader")
         course = make_course(tmp_path)
-        students = {"ann": {f"{ASSIGNMENT}.ipynb": adv.notebook_bytes(adv.reference())},
-                    "bob": {f"{ASSIGNMENT}.ipynb": adv.RELEASE_PATH.read_bytes()}}
-        with pytest.raises(GradingStopped, match="the grading worker could not start") as stopped:
-            grade(tmp_path, students, limits=starved, course=course, jobs=1)
-        assert "MemoryError" in str(stopped.value) or "memory" in str(stopped.value).lower(), "the worker's log is shown"
+        submissions = adv.write_submissions(tmp_path / "subs", {
+            "ann": {f"{ASSIGNMENT}.ipynb": adv.notebook_bytes(adv.reference())},
+            "bob": {f"{ASSIGNMENT}.ipynb": adv.RELEASE_PATH.read_bytes()},
+        })
+        code = cli.main(["--course", str(course), "grade", ASSIGNMENT, str(submissions), "--memory-gb", "0.0625", "--cell-seconds", "20"])
+        printed = capsys.readouterr()
+        assert code == 3, printed
+        assert "stopped, nothing was graded or recorded" in printed.err and "could not start" in printed.err, printed.err
+        assert "memory" in printed.err.lower(), "the worker's own log says why"
         assert not (course / "autograded").exists(), "nothing may be recorded for anyone"
         if (course / "gradebook.db").exists():
             from autograder.nbgrader_cli import open_gradebook
 
             with open_gradebook(course) as gradebook:
                 assert gradebook.students == [], "no student may get a score from a grader failure"
-
-    def test_cli_reports_a_grader_failure_and_exits_nonzero(self, tmp_path, capsys):
-        from autograder import cli
-
-        course = make_course(tmp_path)
-        submissions = adv.write_submissions(tmp_path / "subs", {"ann": {f"{ASSIGNMENT}.ipynb": adv.RELEASE_PATH.read_bytes()}})
-        if not MEMORY_CAPPED:
-            pytest.skip("no address-space cap on a CUDA grader")
-        code = cli.main(["--course", str(course), "grade", ASSIGNMENT, str(submissions), "--memory-gb", "0.0625", "--cell-seconds", "20"])
-        assert code == 3, capsys.readouterr()
-        assert "stopped, nothing was graded or recorded" in capsys.readouterr().err
 
     def test_a_dead_pool_process_costs_no_student_anything(self, tmp_path):
         """A pool process killed mid-grading: its students are graded again in a fresh pool, exactly."""
@@ -697,16 +694,17 @@ class TestRegrade:
         from autograder import cli
 
         course = make_course(tmp_path)
-        reference = adv.reference()
+        answers = {grade_id: cell.source for cell in adv.reference().cells
+                   if (grade_id := cell.metadata.get("nbgrader", {}).get("grade_id")) in ("roofline", "offload")}
+        ann = adv.with_cell(adv.with_cell(adv.release(), "roofline", answers["roofline"]), "offload", answers["offload"])
         submissions = adv.write_submissions(tmp_path / "subs", {
-            "ann": {f"{ASSIGNMENT}.ipynb": adv.notebook_bytes(reference)},
+            "ann": {f"{ASSIGNMENT}.ipynb": adv.notebook_bytes(ann)},
             "bob": {f"{ASSIGNMENT}.ipynb": adv.RELEASE_PATH.read_bytes()},
         })
         assert cli.main(["--course", str(course), "grade", ASSIGNMENT, str(submissions), "--jobs", "2"]) == 0
         before = gradebook_scores(course, ["ann", "bob"])
-        wrong = adv.with_cell(reference, "roofline", next(
-            c.source for c in reference.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "roofline"
-        ).replace("return 2 * m * k * n", "return m * k * n"))
+        assert before["ann"]["test_roofline"] == before["ann"]["test_offload"] == 2.0, before
+        wrong = adv.with_cell(ann, "roofline", answers["roofline"].replace("return 2 * m * k * n", "return m * k * n"))
         (submissions / "ann" / f"{ASSIGNMENT}.ipynb").write_bytes(adv.notebook_bytes(wrong))
         assert cli.main(["--course", str(course), "grade", ASSIGNMENT, str(submissions), "--student", "ann", "--only", "test_roofline"]) == 0
         after = gradebook_scores(course, ["ann", "bob"])
@@ -737,7 +735,7 @@ class TestLayouts:
             shutil.copy2(adv.RELEASE_PATH, flat / name)
         run = grade(tmp_path, None, submissions=flat, jobs=2)
         assert len(run.reports) == 3, f"three notebooks, reports for {sorted(run.reports)}"
-        for student, report in run.reports.items():
+        for report in run.reports.values():
             check_items(report, expect(**{grade_id: FAILED for grade_id in ITEMS}))
         recorded = gradebook_scores(run.course, run.reports)
         assert set(recorded) == set(run.reports) and all(set(items) == set(ITEMS) for items in recorded.values()), recorded
@@ -750,11 +748,11 @@ class TestScale:
     def test_parallel_grading_of_twenty_students(self, tmp_path):
         """20 submissions on 2 jobs: each score exact, and nbgrader's gradebook holds every one of them.
 
-        A quarter are the reference (full marks), the rest the untouched release (0 points, and
-        cheap to grade, which keeps this test short).
+        Two are the reference (full marks), the rest the untouched release (0 points, and cheap
+        to grade, which keeps this test short).
         """
         reference, release = adv.notebook_bytes(adv.reference()), adv.RELEASE_PATH.read_bytes()
-        expected = {f"student{index:02d}": FULL_MARKS if index % 4 == 0 else 0.0 for index in range(20)}
+        expected = {f"student{index:02d}": FULL_MARKS if index % 10 == 3 else 0.0 for index in range(20)}
         students = {student: {f"{ASSIGNMENT}.ipynb": reference if points else release} for student, points in expected.items()}
         run = grade(tmp_path, students, jobs=2)
         scores = {student: report.score for student, report in run.reports.items()}

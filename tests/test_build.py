@@ -170,7 +170,8 @@ def test_every_gpu_use_of_a_cell_is_listed(tmp_path):
 
 
 def test_graded_cell_tagged_requires_gpu_builds(tmp_path):
-    notebook, _ = _build_cells(tmp_path, SETUP, f'{GRADED_GPU}\nSPEEDUP_NEEDED = {{"cuda": 1.5}}\nif kernels.gpu_or_explain("faster"):\n    x = torch.ones(3, device="cuda")')
+    notebook, _ = _build_cells(
+        tmp_path, SETUP, f'{GRADED_GPU}\nSPEEDUP_NEEDED = {{"cuda": 1.5}}\nif kernels.gpu_or_explain("faster"):\n    x = torch.ones(3, device="cuda")')
     assert notebook.cells[1].metadata["tags"] == ["requires-gpu"]
 
 

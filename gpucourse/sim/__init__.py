@@ -9,8 +9,7 @@
 Every number from here is *modelled*, never measured: label it so.
 """
 
-from .memory import (bank_conflict_degree, lines_per_request, load_efficiency, sectors_per_request,
-                     touched_units, warp_addresses)
+from .memory import bank_conflict_degree, lines_per_request, load_efficiency, sectors_per_request, touched_units, warp_addresses
 from .observe import KernelCalls, absorb, observing, open_kinds, record_kernel_calls, recording
 from .occupancy import LIMITERS, Occupancy, occupancy, occupancy_by_block_size
 from .simt import active_masks, simt_efficiency, warp_cycles

@@ -152,7 +152,7 @@ class Trace(Observer):
             for (block, warp, space, kind, site, _, itemsize), lanes in groups.items():
                 lanes.sort()
                 self._requests.append(Request(space, kind, _source(site), site[1], block, warp,
-                                              tuple(l for l, _ in lanes), tuple(a for _, a in lanes), itemsize))
+                                              tuple(lane for lane, _ in lanes), tuple(a for _, a in lanes), itemsize))
                 if space == "shared" and itemsize != memory.BANK_BYTES:
                     self._note(f"bank conflicts are modelled for 4-byte elements; {itemsize}-byte shared accesses are not counted")
         if self._lines:
@@ -255,7 +255,7 @@ class Trace(Observer):
         self._finish()
         for space, kind, source, line, block, warp, lanes, addresses, itemsize in data["requests"]:
             self._requests.append(Request(str(space), str(kind), str(source), int(line), tuple(block), int(warp),
-                                          tuple(int(l) for l in lanes), tuple(int(a) for a in addresses), int(itemsize)))
+                                          tuple(int(lane) for lane in lanes), tuple(int(a) for a in addresses), int(itemsize)))
         self._issues += [(tuple(block), int(warp), int(line), int(lanes)) for block, warp, line, lanes in data["issues"]]
         for note in data["notes"]:
             self._note(str(note))
