@@ -1,6 +1,7 @@
 # The course's commands. Each one creates .venv and installs what it needs first.
 #   make lab    open the course in JupyterLab
 #   make test   run every test (what CI runs)
+#   make test-fast  the quick tier: no notebook runs, grading, kernels or browsers
 #   make build  regenerate the notebooks and assignments/ from their .py sources
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -8,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install lab test build lock clean
+.PHONY: install lab test test-fast build lock clean
 
 install: $(INSTALLED)
 
@@ -18,11 +19,18 @@ $(INSTALLED): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
 	@touch $(INSTALLED)
 
+# The command lives in autograder/lab.py: tests/test_browser.py starts the same one, headless.
 lab: $(INSTALLED)
-	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" course/01_gpu_basics.ipynb
+	$(BIN)/python -m autograder.lab
 
+# Two workers; --dist loadscope keeps a module's (or class's) tests on one worker, so its
+# module- and class-scoped fixtures (a graded assignment, an nbgrader round trip) run once.
 test: $(INSTALLED)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadscope
+
+# The quick tier: package, build, plan and protocol tests; no notebook, grading, kernel or browser.
+test-fast: $(INSTALLED)
+	$(BIN)/python -m pytest -n 2 --dist loadscope -m "not slow"
 
 build: $(INSTALLED)
 	$(BIN)/python -m autograder.build

@@ -3,14 +3,15 @@
 #
 #   scripts/gpu_check.sh [REPORT_DIR]        (default: $OUT if set, else gpu-report/)
 #
-# It runs the whole pytest suite with GPUCOURSE_DEVICE=cuda: unit tests, every lecture and
-# solution notebook executed on the GPU, and the nbgrader round trip (reference solution
-# full marks, untouched release 0). The report holds the GPU, the suite's outcome, each
-# notebook's run time and every speedup the notebooks measured. Budget: under 8 minutes.
+# It runs the whole pytest suite with GPUCOURSE_DEVICE=cuda: unit tests, every lecture executed
+# on the GPU (tests/test_notebooks.py), and the nbgrader round trip, which executes each solution
+# notebook on the GPU (reference solution full marks, untouched release 0: tests/test_grading.py).
+# The report holds the GPU, the suite's outcome, each notebook's run time and every speedup the
+# notebooks measured. Budget: under 8 minutes.
 #
 # The GPU-only graded items (tag requires-gpu: 02 test_launch_speed, 03 test_transpose_speed,
-# 04 test_uniform_speed) run twice here: in the executed solution notebooks, and through the
-# trusted grader in tests/test_kernel_grading.py, which expects full marks on a GPU. Their
+# 04 test_uniform_speed, ...) run twice here: in the executed solution notebooks, and through the
+# trusted grader in tests/test_autograder_cli.py, which expects full marks on a GPU. Their
 # thresholds (10x, 1.5x, 1.3x) are first guesses until this script has run on a GPU.
 #
 # It uses the python3 on PATH (a venv made by `make install` works too: PYTHON=.venv/bin/python).
@@ -30,6 +31,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export GPUCOURSE_DEVICE=cuda MPLBACKEND=Agg PYTHONUNBUFFERED=1
 export GPUCOURSE_EXECUTED_DIR=$PWD/$report/executed
 mkdir -p "$GPUCOURSE_EXECUTED_DIR"
+rm -f "$GPUCOURSE_EXECUTED_DIR/run-times.txt"  # the notebook tests append to it
 
 {
     echo "# GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
@@ -58,7 +60,7 @@ status=${PIPESTATUS[0]}
     tail -n 1 "$report/pytest.log"
     echo
     echo "## Notebook run times"
-    grep -E "call +tests/test_notebooks.py" "$report/pytest.log" || echo "(none recorded)"
+    cat "$GPUCOURSE_EXECUTED_DIR/run-times.txt" 2>/dev/null || echo "(none recorded)"
     echo
     echo "## Speedups measured in the executed notebooks"
     "$python" -m autograder.report "$GPUCOURSE_EXECUTED_DIR" || true

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import nbformat
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from course_helpers import REPO_ROOT
+
 ASSIGNMENT = "01_gpu_basics"
 SOLUTION_PATH = REPO_ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
 RELEASE_PATH = REPO_ROOT / "assignments" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"

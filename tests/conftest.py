@@ -1,13 +1,22 @@
-"""Shared fixtures: a headless matplotlib and a CPU-only view of the machine unless asked otherwise."""
+"""Shared fixtures: a headless matplotlib, a CPU-only view of the machine unless asked otherwise,
+and each assignment graded once per test run (see :func:`course_grading`).
 
+Helpers that are not fixtures (paths, per-module facts read from the notebooks, scratch
+courses) live in ``course_helpers.py``.
+"""
+
+import contextlib
+import io
+import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("MPLBACKEND", "Agg")
+from course_helpers import REPO_ROOT, computed_once, make_course, make_submissions
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("MPLBACKEND", "Agg")
 
 
 @pytest.fixture
@@ -31,3 +40,64 @@ def simulated_cuda():
     from numba import cuda
 
     return cuda
+
+
+# The students of every graded scratch course: the reference solution and the untouched release.
+STUDENTS = {"alice": "solutions", "bob": "assignments"}
+
+
+@dataclass(frozen=True)
+class CourseGrading:
+    """One ``autograder grade ASSIGNMENT SUBMISSIONS --jobs 2`` run on a scratch course.
+
+    The trusted harness grades alice (the reference solution) and bob (the untouched release)
+    in the CLI's pool of sandboxed workers; nbgrader records the verdicts in the course's
+    gradebook. Treat ``course`` as read-only: copy it to change it (other tests read it).
+    """
+
+    assignment: str
+    course: Path
+    submissions: Path
+    returncode: int
+    printed: str  # what the CLI printed on stdout (progress lines, the summary table)
+    errors: str  # ... and on stderr
+
+    def verdicts(self, student: str) -> dict:
+        """The harness's verdicts for ``student`` as the CLI stored them (``grading.json``)."""
+        return json.loads((self.course / "autograded" / student / self.assignment / "grading.json").read_text())
+
+    def result(self, student: str):
+        """The same, as the :class:`autograder.harness.SubmissionResult` the harness returned."""
+        from autograder.harness import ItemResult, SubmissionResult
+
+        data = self.verdicts(student)
+        return SubmissionResult(**{**data, "items": [ItemResult(**item) for item in data["items"].values()]})
+
+
+def _grade_course(assignment: str, folder: Path) -> dict:
+    from autograder import cli
+
+    course = make_course(folder / "course", assignment)
+    submissions = make_submissions(folder / "submissions", STUDENTS, assignment)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        returncode = cli.main(["--course", str(course), "grade", assignment, str(submissions), "--jobs", "2"])
+    return {"course": str(course), "submissions": str(submissions), "returncode": returncode,
+            "printed": out.getvalue(), "errors": err.getvalue()}
+
+
+@pytest.fixture(scope="session")
+def course_grading(tmp_path_factory):
+    """``course_grading(assignment)``: that assignment's :class:`CourseGrading`, made once per
+    test run, whichever pytest-xdist worker asks first (the others wait for it, then read it).
+
+    This is the one place the trusted grader grades a reference solution and an untouched
+    release: every check of those verdicts (scores, outcomes, the CLI's table, the gradebook,
+    feedback, the self-check's report) reads this one grading.
+    """
+
+    def grading(assignment: str) -> CourseGrading:
+        data = computed_once(tmp_path_factory, f"grading-{assignment}", lambda folder: _grade_course(assignment, folder))
+        return CourseGrading(assignment, Path(data["course"]), Path(data["submissions"]), data["returncode"], data["printed"], data["errors"])
+
+    return grading

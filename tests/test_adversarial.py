@@ -28,11 +28,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import adversarial as adv
 import nbformat
 import pytest
 import torch
 
+import adversarial as adv
+import course_helpers
 from autograder import sandbox
 from autograder.clock import FairClock
 from autograder.grading import StudentReport, grade_assignment
@@ -44,6 +45,7 @@ ON_GPU = torch.cuda.is_available()
 # What the reference earns on this grader: GPU-only items wait for a GPU regrade on a CPU grader.
 FULL_MARKS = sum(points for grade_id, points in ITEMS.items() if ON_GPU or grade_id not in adv.GPU_ITEMS)
 NAMESPACES = sandbox.namespaces_available()
+pytestmark = pytest.mark.slow  # every test here but the plan-builder ones grades submissions
 needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason="the full sandbox needs root, unshare and setpriv (Linux)")
 
 # The main run holds no hang, so its limits only need to be safe for a correct answer on a
@@ -78,12 +80,7 @@ class Run:
 
 def make_course(root: Path) -> Path:
     """A scratch course: the nbgrader config, the module's source and its release."""
-    course = root / "course"
-    course.mkdir(parents=True)
-    shutil.copy2(adv.REPO_ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
-    for folder in ("solutions", "assignments"):
-        shutil.copytree(adv.REPO_ROOT / folder / ASSIGNMENT, course / folder / ASSIGNMENT)
-    return course
+    return course_helpers.make_course(root / "course", ASSIGNMENT)
 
 
 def grade(root: Path, students: dict[str, dict[str, bytes]] | None, *, limits=LIMITS, jobs=2, gradebook=True, course=None, submissions=None) -> Run:

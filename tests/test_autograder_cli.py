@@ -1,98 +1,180 @@
-"""The instructor CLI end to end, the students' self-check, and GPU-only items on a CPU grader."""
+"""The instructor CLI end to end on every assignment, the students' self-check, and GPU-only items on a CPU grader.
+
+Each assignment is graded once (``course_grading`` in conftest.py: ``autograder grade`` on a
+scratch course, alice handing in the reference solution and bob the untouched release); the
+checks below all read that grading. Every expected score is read from the source notebook's
+nbgrader metadata (``course_helpers.facts``), so a new module is tested without edits here.
+"""
 
 import csv
+import html
+import re
 import shutil
 
 import nbformat
 import pytest
 
-from autograder import cli
+from autograder import cli, skeleton
 from autograder.nbgrader_cli import scripts_on_path
+from autograder.outcomes import Outcome
+from course_helpers import ASSIGNMENTS, facts, on_gpu, one_class_per_module, release, source
 from gpucourse import cli as student_cli
 
-ASSIGNMENT = "01_gpu_basics"
+
+def _row(printed: str, first_word: str) -> str:
+    return next(line for line in printed.splitlines() if line.split()[:1] == [first_word])
 
 
-def make_course(repo_root, target, *, gpu_only_speed=False, assignment=ASSIGNMENT):
-    shutil.copy2(repo_root / "nbgrader_config.py", target / "nbgrader_config.py")
-    for folder in ("solutions", "assignments"):
-        shutil.copytree(repo_root / folder / assignment, target / folder / assignment)
-    if gpu_only_speed:  # pretend the speed item can only be judged on a GPU
-        path = target / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-        notebook = nbformat.read(path, as_version=4)
-        for cell in notebook.cells:
-            if cell.metadata.get("nbgrader", {}).get("grade_id") == "test_pairwise_speed":
-                cell.metadata["tags"] = ["requires-gpu"]
-        nbformat.write(notebook, path)
-    return target
+def _page_text(path) -> str:
+    """An HTML page as text: code cells read as they were written (highlighting spans removed)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", path.read_text()))
 
 
-def make_submissions(repo_root, target, students, assignment=ASSIGNMENT):
-    for student, origin in students.items():
-        (target / student).mkdir(parents=True)
-        shutil.copy2(repo_root / origin / assignment / f"{assignment}.ipynb", target / student / f"{assignment}.ipynb")
-    return target
+# Module content the checks below also look for, beyond what they derive from the notebooks:
+# what the self-check says about a question of the untouched release, and of the reference
+# (per device class), and fragments of hidden tests that feedback must not show.
+RELEASE_ROWS = {"01_gpu_basics": {"test_pairwise_speed": "FAILED: pairwise_sq_dists raised NotImplementedError"}}
+SOLUTION_ROWS = {"01_gpu_basics": {"test_pairwise_speed": {"cpu": "(needed 4×)", "cuda": "(needed 10×)"}}}
+HIDDEN_FRAGMENTS = {"01_gpu_basics": ("non-contiguous inputs", "x64")}
 
 
-@pytest.fixture(scope="module")
-def graded_course(tmp_path_factory, request):
-    repo_root = request.config.rootpath
-    course = make_course(repo_root, tmp_path_factory.mktemp("course"), gpu_only_speed=True)
-    submissions = make_submissions(repo_root, tmp_path_factory.mktemp("subs"), {"alice": "solutions", "bob": "assignments"})
-    return course, submissions
+@pytest.mark.slow
+class Grade:
+    """One assignment, graded once by the trusted grader through the CLI (one class per module: see bottom)."""
+
+    module = None  # set per generated class
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def graded(cls, course_grading):
+        return course_grading(cls.module)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def expected(cls):
+        return facts(cls.module)
+
+    def test_reference_passes_every_item(self, graded, expected):
+        """Full marks on a GPU; on a CPU the GPU-only items (tag requires-gpu) wait for a regrade."""
+        assert graded.returncode == 0, graded.printed + graded.errors
+        result = graded.result("alice")
+        outcomes = {item.grade_id: item.outcome for item in result.items}
+        assert list(outcomes) == [item.grade_id for item in expected.items], "every autograded item is graded, in order"
+        gpu = on_gpu()
+        waiting = {grade_id for grade_id, outcome in outcomes.items() if outcome == Outcome.NEEDS_GPU}
+        assert waiting == (set() if gpu else expected.gpu_items), outcomes
+        assert not expected.kernel_module or gpu or waiting, "each kernel module has a GPU-only speed item"
+        lost = {item.grade_id: f"{item.outcome}: {item.message}" for item in result.items if item.outcome not in (Outcome.PASSED, Outcome.NEEDS_GPU)}
+        assert lost == {}, f"the reference solution lost points: {lost}"
+        assert result.score == expected.full_marks(gpu)
+        assert result.device_class == ("cuda" if gpu else "cpu")
+
+    def test_untouched_release_earns_nothing(self, graded):
+        result = graded.result("bob")
+        assert result.score == 0
+        assert {item.outcome for item in result.items} <= {Outcome.FAILED, Outcome.NEEDS_GPU}
+
+    def test_cli_prints_progress_and_each_students_score(self, graded, expected):
+        assert graded.returncode == 0, graded.printed + graded.errors
+        assert "[2/2]" in graded.printed, "progress lines are printed"
+        alice, bob = _row(graded.printed, "alice"), _row(graded.printed, "bob")
+        assert alice.split()[1] == f"{expected.full_marks(on_gpu()):g}/{expected.total:g}", graded.printed
+        assert bob.split()[1] == f"0/{expected.total:g}", graded.printed
+        for grade_id in expected.gpu_items if not on_gpu() else ():
+            assert grade_id in alice, f"the GPU-only item {grade_id} is listed for a regrade"
+
+    def test_feedback_shows_visible_tests_only_and_export_has_every_score(self, graded, expected, tmp_path):
+        course = shutil.copytree(graded.course, tmp_path / "course")  # others read the shared course
+        assignment = self.module
+        assert cli.main(["--course", str(course), "feedback", assignment]) == 0
+        page = course / "feedback" / "bob" / assignment / f"{assignment}.html"
+        feedback = page.read_text()
+        assert "replace this line with your solution" in feedback
+        for hidden in ("BEGIN HIDDEN TESTS", *HIDDEN_FRAGMENTS.get(assignment, ())):
+            assert hidden not in feedback, f"feedback shows hidden test text {hidden!r}"
+        text = _page_text(page)
+        visible = [line.strip() for cell in nbformat.read(release(assignment), as_version=4).cells if skeleton.is_test(cell)
+                   for line in cell.source.splitlines() if len(line.strip()) > 12]
+        assert any(line in text for line in visible), "the page's text shows the visible tests' code (else the next check proves nothing)"
+        shown = [line for line in expected.hidden_lines if line in text]
+        assert shown == [], f"feedback shows hidden test lines {shown}"
+
+        assert cli.main(["--course", str(course), "export", "--to", str(course / "grades.csv")]) == 0
+        with open(course / "grades.csv") as handle:
+            rows = {row["student_id"]: float(row["raw_score"]) for row in csv.DictReader(handle)}
+        assert rows == {"alice": expected.full_marks(on_gpu()), "bob": 0.0}
+
+    def test_gpu_only_items_wait_for_a_gpu_regrade(self, graded, expected):
+        from nbgrader.api import Gradebook
+
+        if on_gpu():
+            pytest.skip("a GPU grader grades the GPU-only items itself")
+        if not expected.gpu_items:
+            pytest.skip(f"{self.module} has no GPU-only item")
+        with scripts_on_path(), Gradebook(f"sqlite:///{graded.course / 'gradebook.db'}") as gradebook:
+            grades = {g.name: g for g in gradebook.find_submission_notebook(self.module, self.module, "alice").grades}
+            for grade_id in expected.gpu_items:
+                assert grades[grade_id].auto_score is None and grades[grade_id].needs_manual_grade, \
+                    f"{grade_id}: neither 0 nor full marks: flagged for a GPU regrade"
+            scored = {grade_id: grades[grade_id].auto_score for grade_id in expected.points if grade_id not in expected.gpu_items}
+            assert scored == {grade_id: points for grade_id, points in expected.points.items() if grade_id not in expected.gpu_items}
+        verdicts = graded.verdicts("alice")
+        assert verdicts["device_class"] == "cpu"
+        assert {grade_id for grade_id, item in verdicts["items"].items() if item["outcome"] == "needs_gpu"} == expected.gpu_items
+
+    def test_self_check_on_the_solution_shows_each_result_and_speed(self, graded, expected, tmp_path, monkeypatch, capsys):
+        """``gpucourse check`` on the reference solution. Its plan is the grader's plan for alice, so
+        alice's verdicts stand in for grading the reference a second time; the check's own call of
+        the grader is exercised on the release (next test)."""
+        from autograder import harness
+
+        notebook = nbformat.read(source(self.module), as_version=4)
+        nbformat.write(notebook, tmp_path / "mine.ipynb")
+        expected_plan = skeleton.make_plan(notebook, notebook)
+        calls = []
+
+        def graded_already(plan, workdir, *args, **kwargs):
+            assert plan == expected_plan and workdir.is_dir()
+            calls.append(plan)
+            return graded.result("alice")
+
+        monkeypatch.setattr(harness, "grade", graded_already)
+        gpu = on_gpu()
+        returncode = student_cli.main(["check", str(tmp_path / "mine.ipynb")])
+        printed = capsys.readouterr().out
+        assert len(calls) == 1
+        assert returncode == (0 if gpu or not expected.gpu_items else 1), printed
+        assert f"total (visible tests)    {expected.full_marks(gpu):g}/{expected.total:g}" in printed
+        for item in expected.items:
+            row = _row(printed, item.grade_id)
+            assert ("needs a GPU" if item.requires_gpu and not gpu else "passed") in row, row
+            if "assert_speedup" in item.source and (gpu or not item.requires_gpu):
+                assert "× faster" in row and "(needed " in row, f"the speed item's row shows measured and required speed: {row}"
+        for grade_id, expected_text in SOLUTION_ROWS.get(self.module, {}).items():
+            assert expected_text["cuda" if gpu else "cpu"] in _row(printed, grade_id), printed
+
+    def test_self_check_on_the_release_fails_every_question(self, expected, tmp_path, capsys):
+        shutil.copy2(release(self.module), tmp_path / "mine.ipynb")
+        assert student_cli.main(["check", str(tmp_path / "mine.ipynb")]) == 1
+        printed = capsys.readouterr().out
+        gpu = on_gpu()
+        for item in expected.items:
+            row = _row(printed, item.grade_id)
+            assert ("needs a GPU" if item.requires_gpu and not gpu else "FAILED") in row, row
+            if not (item.requires_gpu and not gpu):
+                assert re.search(r"FAILED: \S", row), f"a failed question says why: {row}"
+        for grade_id, expected_text in RELEASE_ROWS.get(self.module, {}).items():
+            assert expected_text in _row(printed, grade_id), printed
+        assert "raised NotImplementedError" in printed, printed
+        assert f"total (visible tests)    0/{expected.total:g}" in printed
 
 
-def test_grade_feedback_export_round_trip(graded_course, capsys):
-    course, submissions = graded_course
-    assert cli.main(["--course", str(course), "grade", ASSIGNMENT, str(submissions), "--jobs", "2"]) == 0
-    printed = capsys.readouterr().out
-    assert "[2/2]" in printed, "progress lines are printed"
-    assert "alice    8/10" in printed and "test_pairwise_speed" in printed, printed
-
-    assert cli.main(["--course", str(course), "feedback", ASSIGNMENT]) == 0
-    feedback = (course / "feedback" / "bob" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
-    assert "replace this line with your solution" in feedback
-    for hidden in ("BEGIN HIDDEN TESTS", "non-contiguous inputs", "x64"):
-        assert hidden not in feedback, f"feedback shows hidden test text {hidden!r}"
-
-    assert cli.main(["--course", str(course), "export", "--to", str(course / "grades.csv")]) == 0
-    with open(course / "grades.csv") as handle:
-        rows = {row["student_id"]: float(row["raw_score"]) for row in csv.DictReader(handle)}
-    assert rows == {"alice": 8.0, "bob": 0.0}
-
-
-def test_gpu_only_items_wait_for_a_gpu_regrade(graded_course):
-    from nbgrader.api import Gradebook
-
-    course, _ = graded_course
-    with scripts_on_path(), Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        grades = {g.name: g for g in gradebook.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, "alice").grades}
-        speed = grades["test_pairwise_speed"]
-        assert speed.auto_score is None and speed.needs_manual_grade, "neither 0 nor full marks: flagged for a GPU regrade"
-        assert grades["test_pairwise_correct"].auto_score == 2.0
-    verdicts = (course / "autograded" / "alice" / ASSIGNMENT / "grading.json").read_text()
-    assert '"needs_gpu"' in verdicts and '"device_class": "cpu"' in verdicts
+one_class_per_module(Grade, ASSIGNMENTS, globals())
 
 
 def test_cli_reports_bad_input_clearly(tmp_path, capsys):
     assert cli.main(["--course", str(tmp_path), "grade", "99_nothing", str(tmp_path)]) == 1
     assert "no assignment '99_nothing'" in capsys.readouterr().err
-
-
-def test_self_check_prints_a_table_per_question(repo_root, capsys):
-    assert student_cli.main(["check", str(repo_root / "assignments" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")]) == 1
-    printed = capsys.readouterr().out
-    assert "test_pairwise_speed" in printed and "FAILED: pairwise_sq_dists raised NotImplementedError" in printed
-    assert "total (visible tests)    0/10" in printed
-
-
-def test_self_check_shows_measured_and_required_speed(repo_root, tmp_path, capsys):
-    notebook = nbformat.read(repo_root / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
-    nbformat.write(notebook, tmp_path / "mine.ipynb")
-    assert student_cli.main(["check", str(tmp_path / "mine.ipynb")]) == 0
-    printed = capsys.readouterr().out
-    assert "× faster" in printed and "(needed 4×)" in printed
-    assert "total (visible tests)    10/10" in printed
 
 
 def test_summary_table_lists_problems():

@@ -1,64 +1,104 @@
-"""The nbgrader round trip: the reference solution earns every autograded point, the untouched release none."""
+"""The nbgrader round trip: the reference solution earns every autograded point, the untouched release none.
+
+Plain nbgrader executes each submission top to bottom, so its executed copy of the reference
+solution is also the proof that the solution notebook runs without errors within its time
+budget (lectures are executed in test_notebooks.py).
+"""
+
+import os
+import shutil
+from pathlib import Path
 
 import nbformat
 import pytest
 
-from autograder.build import REPO_ROOT, assignment_sources
 from autograder.plain_nbgrader import autograde
+from course_helpers import ASSIGNMENTS, budget_seconds, executed_seconds, facts, on_gpu, one_class_per_module, output_errors, release, source, with_answer
 
-ASSIGNMENTS = [source.parent.name for source in assignment_sources(REPO_ROOT)]
+pytestmark = pytest.mark.slow
 
 # Module 01 answers that are correct but differ in speed: the speed item must tell them apart.
-BROADCASTING = "def pairwise_sq_dists(x, y):\n    return ((x[:, None, :] - y[None, :, :]) ** 2).sum(dim=-1)\n"
-LOOP = "def pairwise_sq_dists(x, y):\n    return pairwise_sq_dists_loop(x, y)\n"
+SPEED_VARIANTS = {
+    "01_gpu_basics": {
+        "cell": "pairwise_sq_dists",
+        "broadcasting": "def pairwise_sq_dists(x, y):\n    return ((x[:, None, :] - y[None, :, :]) ** 2).sum(dim=-1)\n",
+        "loop": "def pairwise_sq_dists(x, y):\n    return pairwise_sq_dists_loop(x, y)\n",
+        "loop_message": {"cpu": "need 4×", "cuda": "need 10×"},  # the speed item's threshold per device class
+    },
+}
 
 
-def _with_answer(solution, grade_id, source, path):
-    """The reference notebook with one solution cell replaced, as a student might write it."""
-    notebook = nbformat.read(solution, as_version=4)
-    [cell] = [cell for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
-    cell.source = source
-    nbformat.write(notebook, path)
-    return path
+class RoundTrip:
+    """One assignment through plain nbgrader (one class per module: see bottom)."""
+
+    module = None  # set per generated class
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def round_trip(cls, tmp_path_factory):
+        """(course folder, scores per student and grade_id) of one nbgrader autograde run."""
+        assignment = cls.module
+        submissions = {"reference": source(assignment), "untouched": release(assignment)}
+        variants = SPEED_VARIANTS.get(assignment)
+        if variants:
+            scratch = tmp_path_factory.mktemp("answers")
+            for name in ("broadcasting", "loop"):
+                nbformat.write(with_answer(source(assignment), variants["cell"], variants[name]), scratch / f"{name}.ipynb")
+                submissions[name] = scratch / f"{name}.ipynb"
+        course = tmp_path_factory.mktemp(assignment)
+        return course, autograde(assignment, submissions, course)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def graded(cls, round_trip):
+        return round_trip[1]
+
+    def test_reference_solution_runs_top_to_bottom_within_its_budget(self, round_trip):
+        """nbgrader's executed copy of the reference: no cell raised, and it ran within the budget."""
+        course, _ = round_trip
+        name = f"{self.module}.ipynb"
+        executed = course / "autograded" / "reference" / self.module / name
+        notebook = nbformat.read(executed, as_version=4)
+        keep = os.environ.get("GPUCOURSE_EXECUTED_DIR")  # scripts/gpu_check.sh keeps the outputs for its report
+        seconds = executed_seconds(notebook)
+        if keep:
+            shutil.copy2(executed, Path(keep) / f"{self.module}-solution.ipynb")  # beside the lecture of the same name
+            with open(Path(keep) / "run-times.txt", "a") as times:
+                times.write(f"solutions/{self.module}/{name}: {seconds:.1f} s\n")
+        budget = budget_seconds(executed)
+        print(f"{name}: {seconds:.1f} s")
+        assert seconds < budget, f"{name} took {seconds:.0f} s, over its {budget} s budget"
+        assert output_errors(notebook) == []
+        executed_cells = [cell for cell in notebook.cells if cell.cell_type == "code" and cell.source.strip()]
+        assert all(cell.execution_count for cell in executed_cells), "every code cell ran"
+
+    def test_reference_solution_earns_full_autograded_marks(self, graded):
+        items = [item for item in graded["reference"].values() if item.autograded]
+        assert items, "the assignment has no autograded items"
+        assert {item.grade_id for item in items} == set(facts(self.module).points)
+        lost = {item.grade_id: f"{item.score}/{item.max_score} ({item.message})" for item in items if item.score != item.max_score}
+        assert lost == {}, f"the reference solution lost points: {lost}"
+
+    def test_untouched_release_earns_nothing(self, graded):
+        items = [item for item in graded["untouched"].values() if item.autograded]
+        earned = {item.grade_id: item.score for item in items if item.score != 0}
+        assert earned == {}, f"an untouched notebook earned points: {earned}"
+
+    def test_written_answers_are_left_for_the_instructor(self, graded):
+        manual = [item for item in graded["reference"].values() if not item.autograded]
+        assert {item.grade_id for item in manual} == set(facts(self.module).manual)
+        assert all(item.score == 0 for item in manual)  # nbgrader leaves them ungraded until a person grades them
+
+    def test_speed_item_separates_fast_and_slow_correct_answers(self, graded):
+        if self.module not in SPEED_VARIANTS:
+            pytest.skip(f"no fast and slow variants for {self.module}")
+        points = facts(self.module).points
+        scores = {student: {item.grade_id: item.score for item in graded[student].values()} for student in ("broadcasting", "loop")}
+        assert scores["broadcasting"]["test_pairwise_correct"] == points["test_pairwise_correct"] > 0
+        assert scores["broadcasting"]["test_pairwise_speed"] == points["test_pairwise_speed"] > 0
+        assert scores["loop"]["test_pairwise_correct"] == points["test_pairwise_correct"], "the loop is correct and earns the correctness points"
+        assert scores["loop"]["test_pairwise_speed"] == 0, "the loop itself must not pass the speed item"
+        assert SPEED_VARIANTS[self.module]["loop_message"]["cuda" if on_gpu() else "cpu"] in graded["loop"]["test_pairwise_speed"].message
 
 
-@pytest.fixture(scope="module", params=ASSIGNMENTS)
-def graded(request, tmp_path_factory):
-    assignment = request.param
-    submissions = {
-        "reference": REPO_ROOT / "solutions" / assignment / f"{assignment}.ipynb",
-        "untouched": REPO_ROOT / "assignments" / assignment / f"{assignment}.ipynb",
-    }
-    if assignment == "01_gpu_basics":
-        scratch = tmp_path_factory.mktemp("answers")
-        submissions["broadcasting"] = _with_answer(submissions["reference"], "pairwise_sq_dists", BROADCASTING, scratch / "b.ipynb")
-        submissions["loop"] = _with_answer(submissions["reference"], "pairwise_sq_dists", LOOP, scratch / "l.ipynb")
-    return autograde(assignment, submissions, tmp_path_factory.mktemp(assignment))
-
-
-def test_reference_solution_earns_full_autograded_marks(graded):
-    items = [item for item in graded["reference"].values() if item.autograded]
-    assert items, "the assignment has no autograded items"
-    lost = {item.grade_id: f"{item.score}/{item.max_score} ({item.message})" for item in items if item.score != item.max_score}
-    assert lost == {}, f"the reference solution lost points: {lost}"
-
-
-def test_untouched_release_earns_nothing(graded):
-    items = [item for item in graded["untouched"].values() if item.autograded]
-    earned = {item.grade_id: item.score for item in items if item.score != 0}
-    assert earned == {}, f"an untouched notebook earned points: {earned}"
-
-
-def test_written_answers_are_left_for_the_instructor(graded):
-    manual = [item for item in graded["reference"].values() if not item.autograded]
-    assert all(item.score == 0 for item in manual)  # nbgrader leaves them ungraded until a person grades them
-
-
-def test_speed_item_separates_fast_and_slow_correct_answers(graded):
-    if "loop" not in graded:
-        pytest.skip("only module 01 has these variants")
-    scores = {student: {item.grade_id: item.score for item in graded[student].values()} for student in ("broadcasting", "loop")}
-    assert scores["broadcasting"]["test_pairwise_correct"] == 2 and scores["broadcasting"]["test_pairwise_speed"] == 2
-    assert scores["loop"]["test_pairwise_correct"] == 2, "the loop is correct and earns the correctness points"
-    assert scores["loop"]["test_pairwise_speed"] == 0, "the loop itself must not pass the speed item"
-    assert "need 4×" in graded["loop"]["test_pairwise_speed"].message
+one_class_per_module(RoundTrip, ASSIGNMENTS, globals())

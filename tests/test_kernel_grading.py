@@ -1,23 +1,17 @@
 """The trusted grader on the kernel modules: kernels launched in the student's worker, graded outside it.
 
 Each variant is a plausible wrong answer that passes some visible checks; the grader must
-find exactly the item it breaks, and say why.
+find exactly the item it breaks, and say why. The reference solution and the untouched release
+of every module are graded in test_autograder_cli.py (once, through the instructor's CLI).
 """
 
 import nbformat
 import pytest
 
 from autograder import harness, skeleton
-from autograder.build import REPO_ROOT
-from gpucourse import devices
+from course_helpers import one_class_per_module, source
 
-def source(assignment):
-    return REPO_ROOT / "solutions" / assignment / f"{assignment}.ipynb"
-
-
-def release(assignment):
-    return REPO_ROOT / "assignments" / assignment / f"{assignment}.ipynb"
-
+pytestmark = pytest.mark.slow
 
 VARIANTS_02 = {
     # The package's calculator called instead of written: the hidden test switches it off.
@@ -103,20 +97,17 @@ VARIANTS_04 = {
     "vectorize": ("soft_clip", "def soft_clip(x):\n    return np.vectorize(lambda v: soft_clip_loop(np.array([v]))[0], otypes=[float])(x)\n",
                   "test_soft_clip_speed", "need 6×"),
 }
-VARIANTS = {("02_architecture", name): variant for name, variant in VARIANTS_02.items()}
-VARIANTS.update({("03_coalescing", name): variant for name, variant in VARIANTS_03.items()})
-VARIANTS.update({("04_divergence", name): variant for name, variant in VARIANTS_04.items()})
-FULL_MARKS = {"02_architecture": (13, 15), "03_coalescing": (12, 14), "04_divergence": (12, 14)}  # (CPU grader, GPU grader)
+# Each module's wrong answers, and an item of it that none of them can touch: it must still pass.
+VARIANTS = {"02_architecture": VARIANTS_02, "03_coalescing": VARIANTS_03, "04_divergence": VARIANTS_04}
+UNTOUCHED_ITEM = {"02_architecture": "test_occupancy", "03_coalescing": "test_bank_conflict_degree", "04_divergence": "test_warp_cycles"}
 
 
-def _grade(assignment, student_nb, tmp_path, only=None):
-    """Grade with the trusted harness; ``only``: the grade_ids of the items to run (all by default)."""
+def _grade(assignment, student_nb, tmp_path, only):
+    """Grade with the trusted harness just the items in ``only`` (grade_ids)."""
     workdir = tmp_path / "work"
     workdir.mkdir()
     plan = skeleton.make_plan(nbformat.read(source(assignment), as_version=4), student_nb)
-    if only is not None:
-        plan.items = [item for item in plan.items if item.grade_id in only]
-    return harness.grade(plan, workdir)
+    return harness.grade(plan, workdir, only=only)
 
 
 def _with_answer(assignment, grade_id, code):
@@ -125,68 +116,39 @@ def _with_answer(assignment, grade_id, code):
     if code is None:  # the reference with the shared tile unpadded
         code = cell.source.replace("(TILE, TILE + 1)", "(TILE, TILE)")
     elif grade_id == "occupancy" and "_reference" in code:
-        code = cell.source.replace("def occupancy(", "def _solution_occupancy(", 1) + "\n\n" + code.replace("_reference = occupancy", "_reference = _solution_occupancy")
+        renamed = cell.source.replace("def occupancy(", "def _solution_occupancy(", 1)
+        code = renamed + "\n\n" + code.replace("_reference = occupancy", "_reference = _solution_occupancy")
     else:
         code += "".join(f"\n\n{line}" for line in cell.source.split("\n\n")[1:] if line.startswith("def run_"))  # keep the given launcher
     cell.source = code
     return notebook
 
 
-@pytest.mark.parametrize("assignment", sorted(FULL_MARKS))
-def test_reference_passes_every_item(assignment, tmp_path):
-    """Full marks on a GPU; on a CPU the GPU-only speed items wait for a regrade."""
-    result = _grade(assignment, nbformat.read(source(assignment), as_version=4), tmp_path)
-    on_gpu = devices.device_class() == "cuda"
-    outcomes = {item.grade_id: item.outcome for item in result.items}
-    gpu_items = {item.grade_id for item in result.items if item.outcome == "needs_gpu"}
-    assert on_gpu or gpu_items, "each kernel module has a GPU-only speed item"
-    assert set(outcomes.values()) == ({"passed"} if on_gpu else {"passed", "needs_gpu"}), outcomes
-    assert result.score == FULL_MARKS[assignment][on_gpu]
+def pytest_generate_tests(metafunc):
+    if "variant" in metafunc.fixturenames:
+        metafunc.parametrize("variant", sorted(VARIANTS[metafunc.cls.module]))
 
 
-@pytest.mark.parametrize("assignment", sorted(FULL_MARKS))
-def test_untouched_release_earns_nothing(assignment, tmp_path):
-    result = _grade(assignment, nbformat.read(release(assignment), as_version=4), tmp_path)
-    assert result.score == 0
-    assert {item.outcome for item in result.items} <= {"failed", "needs_gpu"}
+class WrongAnswers:
+    """One module's variants (one class per module: see bottom)."""
+
+    module = None  # set per generated class
+
+    def test_each_wrong_answer_loses_exactly_its_item(self, variant, tmp_path):
+        assignment = self.module
+        grade_id, code, broken_item, reason = VARIANTS[assignment][variant]
+        broken_items = broken_item if isinstance(broken_item, tuple) else (broken_item,)
+        # Only the items this answer feeds are graded (the reference's grading covers the rest), plus one
+        # the change cannot touch: it must still pass.
+        only = {item for item in broken_items if item} | {UNTOUCHED_ITEM[assignment]}
+        result = _grade(assignment, _with_answer(assignment, grade_id, code), tmp_path, only=only)
+        assert {item.grade_id for item in result.items} == only
+        failed = {item.grade_id: item.message for item in result.items if item.outcome not in ("passed", "needs_gpu")}
+        if broken_item is None:
+            assert failed == {}
+            return
+        assert sorted(failed) == sorted(broken_items), failed
+        assert all(reason in failed[item] for item in broken_items)
 
 
-@pytest.mark.parametrize("assignment, variant", sorted(VARIANTS))
-def test_each_wrong_answer_loses_exactly_its_item(assignment, variant, tmp_path):
-    grade_id, code, broken_item, reason = VARIANTS[(assignment, variant)]
-    broken_items = broken_item if isinstance(broken_item, tuple) else (broken_item,)
-    # Only the items this answer feeds are graded (the reference test covers the rest), plus one
-    # the change cannot touch: it must still pass.
-    neighbour = "test_occupancy" if assignment == "02_architecture" else "test_warp_cycles" if assignment == "04_divergence" else "test_bank_conflict_degree"
-    only = {item for item in broken_items if item} | {neighbour}
-    result = _grade(assignment, _with_answer(assignment, grade_id, code), tmp_path, only=only)
-    assert {item.grade_id for item in result.items} == only
-    failed = {item.grade_id: item.message for item in result.items if item.outcome not in ("passed", "needs_gpu")}
-    if broken_item is None:
-        assert failed == {}
-        return
-    assert sorted(failed) == sorted(broken_items), failed
-    assert all(reason in failed[item] for item in broken_items)
-
-
-def test_instructor_cli_records_kernel_grades_and_gpu_regrades(tmp_path, capsys):
-    """Through the CLI and nbgrader's gradebook: the speed item waits for a GPU, the rest is scored."""
-    import csv
-
-    from autograder import cli
-    from test_autograder_cli import make_course, make_submissions
-
-    assignment = "02_architecture"
-    (tmp_path / "course").mkdir()
-    course = make_course(REPO_ROOT, tmp_path / "course", assignment=assignment)
-    submissions = make_submissions(REPO_ROOT, tmp_path / "subs", {"alice": "solutions", "bob": "assignments"}, assignment=assignment)
-    assert cli.main(["--course", str(course), "grade", assignment, str(submissions)]) == 0
-    printed = capsys.readouterr().out
-    on_gpu = devices.device_class() == "cuda"
-    alice = next(line for line in printed.splitlines() if line.startswith("alice "))
-    assert alice.split()[1] == ("15/15" if on_gpu else "13/15"), printed
-    assert on_gpu or "test_launch_speed" in alice, "the GPU-only item is listed for a regrade"
-    assert cli.main(["--course", str(course), "export", "--to", str(course / "grades.csv")]) == 0
-    with open(course / "grades.csv") as handle:
-        rows = {row["student_id"]: float(row["raw_score"]) for row in csv.DictReader(handle)}
-    assert rows == {"alice": 15.0 if on_gpu else 13.0, "bob": 0.0}
+one_class_per_module(WrongAnswers, sorted(VARIANTS), globals())

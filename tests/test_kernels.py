@@ -10,7 +10,8 @@ from gpucourse import kernels
 
 def _choose_in_fresh_process(env_setup: str) -> str:
     """Run use_gpu_or_simulator in a new interpreter (numba decides once per process)."""
-    code = f"import os\n{env_setup}\nfrom gpucourse import kernels\nmode = kernels.use_gpu_or_simulator()\nprint('SIM', mode.simulator, kernels.simulator_active())"
+    code = (f"import os\n{env_setup}\nfrom gpucourse import kernels\nmode = kernels.use_gpu_or_simulator()\n"
+            "print('SIM', mode.simulator, kernels.simulator_active())")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     return run.stdout
@@ -77,6 +78,7 @@ def test_kernel_resources_on_a_gpu():
     if mode.simulator:
         pytest.skip("needs a CUDA GPU (numba runs in its simulator here)")
     import numpy as np
+
     from sim_kernels import count_then_share
 
     count_then_share[2, 32](np.zeros(64, np.int32), np.zeros(3, np.int32), np.zeros(2))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from course_helpers import REPO_ROOT
 
 
 def test_ci_runs_the_readme_test_command():
@@ -48,6 +48,7 @@ def _free_port():
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_jupyterlab_serves_the_course(tmp_path):
     port, token = _free_port(), "course-test-token"
     command = [
@@ -73,3 +74,12 @@ def test_jupyterlab_serves_the_course(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_the_python_code_is_lint_clean():
+    """ruff, configured in pyproject.toml, finds nothing in the packages, tests and scripts."""
+    ruff = Path(sys.executable).with_name("ruff")
+    if not ruff.exists():
+        pytest.skip("ruff is not installed in this environment (make install brings it)")
+    done = subprocess.run([str(ruff), "check", "--no-cache", str(REPO_ROOT)], capture_output=True, text=True, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-1000:]

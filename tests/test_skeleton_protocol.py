@@ -3,7 +3,6 @@
 import os
 import pickle
 
-import nbformat
 import pytest
 import torch
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook

@@ -4,6 +4,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import pytest  # noqa: E402
+
 from gpucourse import sim, widgets  # noqa: E402
 
 
@@ -45,15 +47,17 @@ def test_shared_memory_slider_follows_the_gpu_limit():
     assert "T4:" in _printed(box)
 
 
-def test_calculator_renders_as_a_widget_in_a_jupyter_kernel():
+@pytest.mark.slow  # starts a Jupyter kernel
+def test_calculator_renders_as_a_widget_in_a_jupyter_kernel(tmp_path):
     """In a real kernel the calculator is a widget view, its state has the model's text, and its
     figure is drawn into the widget's output area."""
     import nbformat
-    from nbclient import NotebookClient
+
+    from course_helpers import execute_notebook
 
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "from gpucourse import widgets\nwidgets.occupancy_calculator('7.0', 128, 37, 0)")])
-    NotebookClient(notebook, timeout=120, kernel_name="python3", store_widget_state=True).execute()
+    execute_notebook(notebook, tmp_path, timeout=120, store_widget_state=True)
     [output] = notebook.cells[0].outputs
     assert "application/vnd.jupyter.widget-view+json" in output["data"]
     states = notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]

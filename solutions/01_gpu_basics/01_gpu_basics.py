@@ -116,6 +116,7 @@ assert 0.015 < seconds < 0.039, f"median of [2, 2, 40, 40] ms should be about 21
 
 # %% nbgrader={"grade_id": "test_time_call_sync", "grade": true, "points": 1} tags=["requires-gpu"]
 """On a GPU: time_call waits for the GPU to finish before it reads the clock."""
+assert isinstance(time_call(abs, -1, warmup=0, repeats=1), float), "time_call should return a float"  # first, any machine
 if gpucourse.gpu_or_explain("a 4096×4096 matmul timed with time_call takes milliseconds; without synchronising it looks almost free"):
     # Asynchronous launches: without synchronisation a big matmul would look almost free.
     a = torch.randn(4096, 4096, device="cuda")

@@ -1,0 +1,246 @@
+"""What the tests know about the course, in one place: where its notebooks are, what each
+module's notebooks say (items, points, GPU-only items, hidden tests), scratch courses to grade
+in, and results computed once per test run and shared between pytest-xdist workers.
+
+Every per-module fact is read from the notebooks, so a new module ``NN_topic`` is tested
+without editing a test: the tests parametrise over :data:`ASSIGNMENTS` and :data:`LECTURES`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from autograder import skeleton
+from autograder.build import REPO_ROOT, REQUIRES_GPU, assignment_sources, lecture_sources
+
+ASSIGNMENTS = [path.parent.name for path in assignment_sources(REPO_ROOT)]
+LECTURES = [path.with_suffix(".ipynb") for path in lecture_sources(REPO_ROOT)]
+
+# Seconds a notebook may take top to bottom on CI's 2-core CPU machine (the design's budget per
+# lecture); a module's lecture and its reference solution share a budget.
+DEFAULT_BUDGET_SECONDS = 180
+CPU_BUDGET_SECONDS = {"01_gpu_basics": 120}  # module 01 runs no kernels: it must stay quick
+
+
+def budget_seconds(notebook: Path) -> float:
+    return CPU_BUDGET_SECONDS.get(Path(notebook).stem, DEFAULT_BUDGET_SECONDS)
+
+
+def source(assignment: str, root: Path = REPO_ROOT) -> Path:
+    """The instructor's notebook: reference solutions and hidden tests."""
+    return Path(root) / "solutions" / assignment / f"{assignment}.ipynb"
+
+
+def release(assignment: str, root: Path = REPO_ROOT) -> Path:
+    """The notebook students get."""
+    return Path(root) / "assignments" / assignment / f"{assignment}.ipynb"
+
+
+def on_gpu() -> bool:
+    from gpucourse import devices
+
+    return devices.device_class() == "cuda"
+
+
+HIDDEN_BLOCK = re.compile(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", re.S)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What one assignment's source notebook says about its grading."""
+
+    assignment: str
+    items: tuple[skeleton.TestItem, ...]  # the autograded test cells, in order
+    manual: tuple[str, ...]  # answers an instructor grades by hand
+    kernel_module: bool  # a solution writes a @cuda.jit kernel
+    hidden_lines: tuple[str, ...]  # lines of hidden tests that appear nowhere in the release
+
+    @property
+    def total(self) -> float:
+        return sum(item.points for item in self.items)
+
+    @property
+    def points(self) -> dict[str, float]:
+        return {item.grade_id: item.points for item in self.items}
+
+    @property
+    def gpu_items(self) -> set[str]:
+        """Items tagged ``requires-gpu``: a CPU grader leaves them for a GPU regrade."""
+        return {item.grade_id for item in self.items if item.requires_gpu}
+
+    def full_marks(self, gpu: bool) -> float:
+        """What the reference solution earns from the trusted grader on this kind of machine."""
+        return self.total if gpu else sum(item.points for item in self.items if not item.requires_gpu)
+
+
+@functools.lru_cache(maxsize=None)
+def facts(assignment: str) -> Facts:
+    notebook = nbformat.read(source(assignment), as_version=4)
+    plan = skeleton.make_plan(notebook, notebook)
+    manual = tuple(cell.metadata["nbgrader"]["grade_id"] for cell in notebook.cells
+                   if cell.metadata.get("nbgrader", {}).get("grade") and cell.metadata["nbgrader"].get("solution"))
+    kernel_module = any(skeleton.is_solution(cell) and "@cuda.jit" in cell.source for cell in notebook.cells)
+    released = "\n".join(cell.source for cell in nbformat.read(release(assignment), as_version=4).cells)
+    hidden = [line.strip() for block in HIDDEN_BLOCK.findall("\n".join(cell.source for cell in notebook.cells))
+              for line in block.splitlines()]
+    # Short lines ("else:", "return n") can legitimately recur in visible code: only telling ones count.
+    hidden_lines = tuple(dict.fromkeys(line for line in hidden if len(line) > 12 and line not in released))
+    assert all(REQUIRES_GPU in item.tags for item in plan.items if item.requires_gpu)
+    return Facts(assignment, tuple(plan.items), manual, kernel_module, hidden_lines)
+
+
+# --- Scratch courses ---------------------------------------------------------------------------
+
+
+def make_course(target: Path, assignment: str, *, root: Path = REPO_ROOT) -> Path:
+    """A course folder holding just ``assignment`` (source and release) and the nbgrader config."""
+    target = Path(target)
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(root / "nbgrader_config.py", target / "nbgrader_config.py")
+    for folder in ("solutions", "assignments"):
+        shutil.copytree(root / folder / assignment, target / folder / assignment)
+    return target
+
+
+def make_submissions(target: Path, students: dict[str, str], assignment: str, *, root: Path = REPO_ROOT) -> Path:
+    """One folder per student holding a copy of ``root/<origin>/<assignment>/<assignment>.ipynb``
+    (origin ``"solutions"``: the reference; ``"assignments"``: the untouched release)."""
+    target = Path(target)
+    for student, origin in students.items():
+        (target / student).mkdir(parents=True)
+        shutil.copy2(root / origin / assignment / f"{assignment}.ipynb", target / student / f"{assignment}.ipynb")
+    return target
+
+
+def with_answer(notebook: Path | nbformat.NotebookNode, grade_id: str, code: str) -> nbformat.NotebookNode:
+    """``notebook`` with the cell ``grade_id`` holding ``code``, as a student might write it."""
+    notebook = nbformat.read(notebook, as_version=4) if isinstance(notebook, (str, Path)) else notebook
+    [cell] = [cell for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+    cell.source = code
+    return notebook
+
+
+def execute_notebook(notebook: nbformat.NotebookNode, workdir: Path, timeout: int = 600, **options) -> nbformat.NotebookNode:
+    """Run ``notebook`` top to bottom in a fresh kernel whose working folder is ``workdir``
+    (with :func:`notebook_client`, whose reads from the kernel cannot stall).
+
+    The kernel talks over Unix sockets in ``workdir``, not TCP ports: kernels started at once
+    by parallel test workers can race for the same free port, and a client then waits forever
+    for a kernel that never hears it (seen here: a lecture "running" for 600 s with both idle).
+    """
+    from jupyter_client import AsyncKernelManager
+
+    manager = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=str(Path(workdir) / "kernel"))
+    notebook_client(notebook, km=manager, timeout=timeout, resources={"metadata": {"path": str(workdir)}}, **options).execute()
+    return notebook
+
+
+def executed_seconds(notebook: nbformat.NotebookNode) -> float:
+    """How long an executed notebook ran, from the timestamps nbclient records per cell: from
+    the first cell's start to the last cell's reply (the kernel's start-up is not counted)."""
+    from datetime import datetime
+
+    stamps = []
+    for cell in notebook.cells:
+        execution = cell.get("metadata", {}).get("execution", {})
+        stamps += [datetime.fromisoformat(value.replace("Z", "+00:00")) for key, value in execution.items()
+                   if key in ("iopub.execute_input", "shell.execute_reply")]
+    assert stamps, "the notebook has no execution timestamps: was it executed (with nbclient's record_timing)?"
+    return (max(stamps) - min(stamps)).total_seconds()
+
+
+def output_errors(notebook: nbformat.NotebookNode) -> list:
+    return [output for cell in notebook.cells for output in cell.get("outputs", []) if output.output_type == "error"]
+
+
+# --- Results shared between xdist workers --------------------------------------------------------
+
+
+def shared_dir(tmp_path_factory) -> Path:
+    """A folder every worker of this test run sees (the run's own temp root; not shared across runs)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def computed_once(tmp_path_factory, key: str, compute):
+    """``compute(folder)`` run once per test run, whichever xdist worker asks first; the others
+    wait for it and read its JSON result. ``folder`` is a fresh folder beside the result, shared
+    by all workers, for files the result names (a scratch course)."""
+    from filelock import FileLock
+
+    root = shared_dir(tmp_path_factory) / "computed-once"
+    root.mkdir(exist_ok=True)
+    result = root / f"{key}.json"
+    with FileLock(str(root / f"{key}.lock")):
+        if result.exists():
+            return json.loads(result.read_text())
+        folder = root / key
+        shutil.rmtree(folder, ignore_errors=True)  # a run of compute that raised on another worker
+        folder.mkdir()
+        value = compute(folder)
+        result.write_text(json.dumps(value))
+        return value
+
+
+def one_class_per_module(base: type, modules, namespace: dict) -> None:
+    """Define ``Test<Base>_<module>``, a subclass of ``base`` with ``module`` set, for each course
+    module: under ``--dist loadscope`` each class is one unit of work, so the modules' notebooks
+    run on both workers, and each class's fixtures run once for its module."""
+    for module in modules:
+        name = f"Test{base.__name__}_{module}"
+        namespace[name] = type(name, (base,), {"module": module, "__module__": namespace["__name__"], "__qualname__": name})
+
+
+# --- Executing notebooks -------------------------------------------------------------------------
+
+
+def _read_in_slices(channel, slice_seconds: float = 1.0) -> None:
+    """Make ``channel.get_msg(timeout)`` wait in polls of at most ``slice_seconds``.
+
+    pyzmq's asyncio poll can miss the wake-up for a message that has arrived; it then finds the
+    message only when its timeout fires (nbclient's cell timeout: 600 s, or never for IOPub).
+    Seen here with two notebooks executing at once (pytest -n 2, and plain nbclient in two
+    processes): the next cell started exactly 600 s after the previous one's reply, kernel and
+    client idle meanwhile. Short polls bound such a stall to a second; a real timeout still
+    raises Empty.
+    """
+    from queue import Empty
+
+    from jupyter_core.utils import ensure_async
+
+    read = channel.get_msg  # a coroutine for an async kernel client, a plain call for a blocking one
+
+    async def get_msg(timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = slice_seconds if deadline is None else min(slice_seconds, deadline - time.monotonic())
+            try:
+                return await ensure_async(read(timeout=max(left, 0.0)))
+            except Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+    channel.get_msg = get_msg
+
+
+def notebook_client(notebook: nbformat.NotebookNode, **options):
+    """An ``nbclient.NotebookClient`` for ``notebook`` whose reads from the kernel cannot stall (see above)."""
+    from nbclient import NotebookClient
+
+    class SteadyNotebookClient(NotebookClient):
+        async def async_start_new_kernel_client(self):
+            client = await super().async_start_new_kernel_client()
+            _read_in_slices(client.shell_channel)
+            _read_in_slices(client.iopub_channel)
+            return client
+
+    return SteadyNotebookClient(notebook, **options)
