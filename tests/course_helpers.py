@@ -130,12 +130,12 @@ def with_answer(notebook: Path | nbformat.NotebookNode, grade_id: str, code: str
 
 
 def execute_notebook(notebook: nbformat.NotebookNode, workdir: Path, timeout: int = 600, **options) -> nbformat.NotebookNode:
-    """Run ``notebook`` top to bottom in a fresh kernel whose working folder is ``workdir``
-    (with :func:`notebook_client`, whose reads from the kernel cannot stall).
+    """Run ``notebook`` top to bottom in a fresh kernel whose working folder is ``workdir``.
 
-    The kernel talks over Unix sockets in ``workdir``, not TCP ports: kernels started at once
-    by parallel test workers can race for the same free port, and a client then waits forever
-    for a kernel that never hears it (seen here: a lecture "running" for 600 s with both idle).
+    Parallel test workers start kernels at once, so two precautions: the kernel talks over Unix
+    sockets in ``workdir``, not TCP ports two kernels could race for; and the client's reads
+    cannot stall (:func:`notebook_client`: a lecture once "ran" 600 s, kernel and client idle,
+    waiting for a reply that had arrived; reproduced with plain nbclient in two processes).
     """
     from jupyter_client import AsyncKernelManager
 
