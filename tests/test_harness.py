@@ -1,11 +1,8 @@
 """The harness's limits on a student's cells: a burst of load is forgiven once, a hang is not."""
 
-import tempfile
-
 import pytest
 
 from autograder import harness, sandbox, skeleton
-from autograder.build import REPO_ROOT
 from autograder.outcomes import Outcome
 from autograder.skeleton import Plan
 
@@ -63,34 +60,3 @@ def test_a_worker_that_cannot_start_is_a_grader_error(tmp_path):
         harness.grade(_plan("ANSWER = 42"), tmp_path / "work", starved)
     assert "memory" in failure.value.log.lower(), failure.value.log
 
-
-@pytest.mark.skipif(not sandbox.namespaces_available(), reason="hiding folders needs the namespace sandbox (root, Linux)")
-@pytest.mark.skipif(str(REPO_ROOT).startswith(tempfile.gettempdir()),
-                    reason="with the course itself under the temp folder (a CI clone) the borrowed environment's worker "
-                           "cannot import autograder: not understood yet, see the issue-9 closing note")
-def test_a_venv_whose_interpreter_links_through_a_hidden_folder_still_starts(tmp_path):
-    """A venv whose ``python`` links through another folder, both in a folder hidden from the
-    worker: every hop of the link chain must stay visible. (Only ``tmp_path`` is hidden: the
-    course's own environment, which the new venv borrows through a .pth file, may itself lie
-    under /tmp in a fresh clone.)"""
-    import subprocess
-    import sys
-    import sysconfig
-    from pathlib import Path
-
-    real = Path(sys.executable).resolve()
-    hop = tmp_path / "hop"
-    hop.mkdir()
-    (hop / real.name).symlink_to(real)
-    subprocess.run([str(hop / real.name), "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
-    site = Path(sysconfig.get_paths(vars={"base": str(tmp_path / "venv"), "platbase": str(tmp_path / "venv")})["purelib"])
-    # The course's own environment, reached from the new venv (its .pth files included).
-    (site / "course.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
-    script = (
-        "import sys\nfrom pathlib import Path\nfrom autograder import harness, sandbox\n"
-        f"work = Path({str(tmp_path / 'work')!r}); work.mkdir()\n"
-        f"worker = harness.StudentWorker(['x = 1'], work, sandbox.Limits(cell_seconds=60), [Path({str(tmp_path)!r})])\n"
-        "try:\n    worker.ensure_started()\n    print('started', worker.skipped)\nfinally:\n    worker.stop()\n"
-    )
-    done = subprocess.run([str(tmp_path / "venv" / "bin" / "python"), "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "started set()" in done.stdout, done.stdout + done.stderr
