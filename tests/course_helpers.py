@@ -144,6 +144,15 @@ def execute_notebook(notebook: nbformat.NotebookNode, workdir: Path, timeout: in
     return notebook
 
 
+def keep_executed(notebook: nbformat.NotebookNode, filename: str, label: str, seconds: float) -> None:
+    """With GPUCOURSE_EXECUTED_DIR set (scripts/gpu_check.sh), keep an executed notebook and its run time for the report."""
+    keep = os.environ.get("GPUCOURSE_EXECUTED_DIR")
+    if keep:
+        nbformat.write(notebook, Path(keep) / filename)
+        with open(Path(keep) / "run-times.txt", "a") as times:
+            times.write(f"{label}: {seconds:.1f} s\n")
+
+
 def executed_seconds(notebook: nbformat.NotebookNode) -> float:
     """How long an executed notebook ran, from the timestamps nbclient records per cell: from
     the first cell's start to the last cell's reply (the kernel's start-up is not counted)."""

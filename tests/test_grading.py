@@ -5,15 +5,24 @@ solution is also the proof that the solution notebook runs without errors within
 budget (lectures are executed in test_notebooks.py).
 """
 
-import os
-import shutil
-from pathlib import Path
 
 import nbformat
 import pytest
 
 from autograder.plain_nbgrader import autograde
-from course_helpers import ASSIGNMENTS, budget_seconds, executed_seconds, facts, on_gpu, one_class_per_module, output_errors, release, source, with_answer
+from course_helpers import (
+    ASSIGNMENTS,
+    budget_seconds,
+    executed_seconds,
+    facts,
+    keep_executed,
+    on_gpu,
+    one_class_per_module,
+    output_errors,
+    release,
+    source,
+    with_answer,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -59,12 +68,9 @@ class RoundTrip:
         name = f"{self.module}.ipynb"
         executed = course / "autograded" / "reference" / self.module / name
         notebook = nbformat.read(executed, as_version=4)
-        keep = os.environ.get("GPUCOURSE_EXECUTED_DIR")  # scripts/gpu_check.sh keeps the outputs for its report
         seconds = executed_seconds(notebook)
-        if keep:
-            shutil.copy2(executed, Path(keep) / f"{self.module}-solution.ipynb")  # beside the lecture of the same name
-            with open(Path(keep) / "run-times.txt", "a") as times:
-                times.write(f"solutions/{self.module}/{name}: {seconds:.1f} s\n")
+        # Kept beside the lecture of the same name, for scripts/gpu_check.sh's report.
+        keep_executed(notebook, f"{self.module}-solution.ipynb", f"solutions/{self.module}/{name}", seconds)
         budget = budget_seconds(executed)
         print(f"{name}: {seconds:.1f} s")
         assert seconds < budget, f"{name} took {seconds:.0f} s, over its {budget} s budget"

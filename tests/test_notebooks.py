@@ -5,14 +5,12 @@ test_grading.py. With GPUCOURSE_EXECUTED_DIR set (scripts/gpu_check.sh), the exe
 notebooks and their run times are kept there.
 """
 
-import os
 import time
-from pathlib import Path
 
 import nbformat
 import pytest
 
-from course_helpers import LECTURES, REPO_ROOT, budget_seconds, execute_notebook, one_class_per_module, output_errors
+from course_helpers import LECTURES, REPO_ROOT, budget_seconds, execute_notebook, keep_executed, one_class_per_module, output_errors
 
 pytestmark = pytest.mark.slow
 
@@ -32,11 +30,7 @@ class Lecture:
     def test_lecture_runs_top_to_bottom(self, tmp_path):
         path = REPO_ROOT / "course" / f"{self.module}.ipynb"
         notebook, seconds = execute(path, tmp_path)
-        keep = os.environ.get("GPUCOURSE_EXECUTED_DIR")  # scripts/gpu_check.sh keeps the outputs for its report
-        if keep:
-            nbformat.write(notebook, Path(keep) / path.name)
-            with open(Path(keep) / "run-times.txt", "a") as times:
-                times.write(f"course/{path.name}: {seconds:.1f} s\n")
+        keep_executed(notebook, path.name, f"course/{path.name}", seconds)
         budget = budget_seconds(path)
         print(f"{path.name}: {seconds:.1f} s")
         assert seconds < budget, f"{path.name} took {seconds:.0f} s, over its {budget} s budget"
