@@ -455,6 +455,9 @@ def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, r
                 limits: sandbox.Limits, notebook_deadline: float) -> ItemResult:
     if item.requires_gpu and devices.device_class() != "cuda":
         return ItemResult(item.grade_id, item.points, Outcome.NEEDS_GPU, 0.0, "needs a GPU: regrade this item on a CUDA machine")
+    # The student's code loads (or reloads after a crash) before the item's clock starts:
+    # each cell has its own limit, and a slow or runaway cell must not cost the item its time.
+    worker.ensure_started()
     started, clock = time.monotonic(), worker.clock
     deadline = min(clock.now() + limits.item_seconds, notebook_deadline)
     namespace = dict(base)
@@ -464,7 +467,6 @@ def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, r
             namespace[name] = ReferenceFunction(base[name], reference, name, remaining)
     output = io.StringIO()
     try:
-        worker.ensure_started()
         kinds = _result("names", worker.request(("names", plan.api_names), remaining()))
         for name, kind in kinds.items():
             if kind == "callable":

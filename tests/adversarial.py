@@ -493,7 +493,7 @@ def variants(course_root: Path, submissions_dir: Path, token: str = "probe") -> 
         "noisy": {name: nb(with_extra_cell(answer(NOISY_PAIRWISE), "imports", NOISE_CELL))},
         "forged_done": {name: nb(with_extra_cell(answer(LOOP), "imports", FORGED_DONE))},
     }
-    for index in (1, 2, 3):
+    for index in (1, 2):
         students[f"broadcasting_{index}"] = {name: nb(answer(BROADCASTING))}
     return students
 
@@ -534,13 +534,14 @@ def stalling_variants() -> dict[str, dict[str, bytes]]:
 
 
 def fork_bomb_variants() -> dict[str, dict[str, bytes]]:
-    """A fork bomb at load time, graded alongside two correct witnesses."""
+    """A fork bomb at load time, graded alongside two witnesses: the reference and (cheaper to
+    grade, started while the bomb runs) the untouched release."""
     ref = reference()
     name = f"{ASSIGNMENT}.ipynb"
     return {
         "fork_bomb": {name: notebook_bytes(with_extra_cell(ref, "imports", FORK_BOMB))},
         "witness_1": {name: notebook_bytes(ref)},
-        "witness_2": {name: notebook_bytes(ref)},
+        "witness_2": {name: RELEASE_PATH.read_bytes()},
     }
 
 
