@@ -26,8 +26,10 @@ import numpy as np
 import torch
 
 from gpucourse import check, devices, sim
+from gpucourse.compiler import CompilerMissing, compile_report, describe_signature, signature_descriptor
+from gpucourse.kernel_source import KernelCompileError, KernelSource
 
-from . import protocol, sandbox
+from . import kernel_gate, protocol, sandbox
 from .clock import FairClock
 from .outcomes import Outcome
 from .skeleton import Plan, TestItem
@@ -79,6 +81,7 @@ class SubmissionResult:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     worst_slowdown: float = 1.0  # how much other load slowed this machine at worst (see autograder.clock)
+    kernels: list[dict] = field(default_factory=list)  # what NVIDIA's compiler made of each kernel launched (kernel_summary)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -91,8 +94,11 @@ class SubmissionResult:
 class StudentWorker:
     """A student's worker process with their code loaded; restarted after a crash or time-out."""
 
-    def __init__(self, cells: list[str], workdir: Path, limits: sandbox.Limits, hidden_paths, clock=None):
+    def __init__(self, cells: list[str], workdir: Path, limits: sandbox.Limits, hidden_paths, clock=None, compiler_required: bool = True):
         self.cells, self.workdir, self.limits, self.hidden_paths = cells, workdir, limits, hidden_paths
+        # Without NVIDIA's compiler a grader must stop (see GraderError); a student's self-check goes on with a note.
+        self.compiler_required = compiler_required
+        self.compiled: dict[tuple, object] = {}  # (kernel, signature) -> its CompileReport, once per submission
         self.clock = clock or FairClock(self.pids)
         self.skipped: set[int] = set()
         self.retried: set[int] = set()
@@ -243,6 +249,40 @@ class StudentFunction:
     def __getitem__(self, config):
         return KernelLaunch(self, config)
 
+    def __kernel_source__(self) -> KernelSource:
+        """The student's kernel's source, from their worker, checked to hold nothing but definitions
+        (so :func:`gpucourse.kernels.compile_report` can compile it here, as for any kernel)."""
+        self.worker.ensure_started()
+        data = _result(self.name, self.worker.request(("kernel_source", self.name), self.item_deadline()))
+        try:
+            source = KernelSource.from_plain(data)
+            kernel_gate.check_definitions_only(source.text)
+        except ValueError as error:
+            raise _from_student(f"{self.name}: its source could not be checked ({error})") from None
+        return source
+
+    def check_compiles(self, args) -> None:
+        """Compile the kernel for a real GPU with the launch's argument types, once per signature.
+
+        A kernel no GPU would compile fails the item, with the line and the reason in plain words,
+        on a CPU grader exactly as on a GPU one (the simulator alone would have run it).
+        """
+        key = (self.name, describe_signature(signature_descriptor(args)))
+        if key in self.worker.compiled:
+            return
+        try:
+            self.worker.compiled[key] = compile_report(self, args, gpu=kernel_gate.GATE_GPU)
+        except KernelCompileError as error:
+            reason, *code = str(error).splitlines()  # the item's message is one line: the reason, then the code
+            raise _from_student(f"{self.name} would not compile for a GPU: {reason}" + "".join(f" (`{c.strip()}`)" for c in code[:1])) from None
+        except TimeoutError:
+            raise _from_student(f"{self.name}: compiling it for a GPU took too long") from None
+        except CompilerMissing as missing:
+            if self.worker.compiler_required:
+                raise GraderError(f"this grader cannot compile kernels: {missing}") from None
+            self.worker.compiled[key] = None
+            self.worker._note("your kernels were not compiled for a real GPU here (NVIDIA's compiler is not installed); the grader will")
+
     def timed_block(self, calls):
         """Run ``self(*args)`` for each args in ``calls`` and return (seconds, outputs).
 
@@ -278,6 +318,7 @@ class KernelLaunch:
     def __call__(self, *args):
         worker = self.kernel.worker
         worker.ensure_started()
+        self.kernel.check_compiles(args)
         message = ("launch", self.kernel.name, self.config, worker.marshal(args), sim.open_kinds())
         reply = _result(self.kernel.name, worker.request(message, self.kernel.item_deadline()))
         if not isinstance(reply, dict) or not isinstance(reply.get("observed"), dict):
@@ -371,6 +412,13 @@ def _rebuild(value):
     return value
 
 
+def _from_student(message: str) -> StudentError:
+    """An item failure whose message is shown to the student as it is (no exception name)."""
+    error = StudentError(message)
+    error.from_student = True
+    return error
+
+
 def _dtype(name: str) -> torch.dtype:
     dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype):
@@ -394,17 +442,18 @@ def _failure_text(failure: Exception) -> str:
 
 
 def grade(plan: Plan, workdir: Path, limits: sandbox.Limits = sandbox.Limits(), hidden_paths=(),
-          only: set[str] | None = None) -> SubmissionResult:
+          only: set[str] | None = None, compiler_required: bool = True) -> SubmissionResult:
     """Grade one submission: every test item of ``plan`` (or those named in ``only``) against the student's code.
 
     Every limit is counted on a :class:`~autograder.clock.FairClock`, in quiet-machine
     seconds, so a busy grading machine gives the same verdicts as a quiet one.
-    Raises :class:`GraderError` when the grader itself fails (no worker can start).
+    Raises :class:`GraderError` when the grader itself fails (no worker can start, or with
+    ``compiler_required`` no NVIDIA compiler to check the student's kernels with).
     """
     started = time.monotonic()
     workers: list[StudentWorker] = []
     clock = FairClock(lambda: [pid for w in workers for pid in w.pids()])
-    worker = StudentWorker(plan.student_cells, workdir, limits, list(hidden_paths), clock)
+    worker = StudentWorker(plan.student_cells, workdir, limits, list(hidden_paths), clock, compiler_required)
     reference_dir = workdir.parent / f"{workdir.name}.reference"
     reference_dir.mkdir(exist_ok=True)
     reference = StudentWorker(plan.context, reference_dir, limits, list(hidden_paths), clock)
@@ -424,7 +473,16 @@ def grade(plan: Plan, workdir: Path, limits: sandbox.Limits = sandbox.Limits(), 
     return SubmissionResult(
         items=results, device=devices.describe(), device_class=devices.device_class(),
         isolation=worker.isolation, notes=notes, seconds=time.monotonic() - started, worst_slowdown=round(clock.worst_slowdown, 2),
+        kernels=[kernel_summary(report, signature) for (_, signature), report in worker.compiled.items() if report is not None],
     )
+
+
+def kernel_summary(report, signature: str) -> dict:
+    """Plain data for grading.json and the self-check's table: one compiled kernel."""
+    return {"kernel": report.kernel, "signature": signature, "gpu": report.gpu, "arch": report.arch,
+            "registers": report.registers, "shared_bytes": report.shared_bytes, "local_bytes": report.local_bytes,
+            "spill_bytes": report.spill_stores + report.spill_loads, "float64_instructions": report.float64_instructions,
+            "warnings": report.warnings()}
 
 
 def _grade_with_retry(item: TestItem, plan: Plan, namespace: dict, worker: StudentWorker, reference: StudentWorker,

@@ -33,7 +33,7 @@ def run_check(notebook_path: Path) -> int:
         workdir = Path(scratch) / "work"
         workdir.mkdir()
         try:
-            result = harness.grade(plan, workdir)
+            result = harness.grade(plan, workdir, compiler_required=False)
         except harness.GraderError as error:
             print(f"the check itself failed (not your code): {error}\n{error.log}", file=sys.stderr)
             return 2
@@ -51,8 +51,22 @@ def report(result: harness.SubmissionResult) -> str:
     total = sum(item.points for item in result.items)
     lines.append(f"{'total (visible tests)':<24} {result.score:g}/{total:g}  measured on {result.device}")
     lines += [f"note: {note}" for note in result.notes]
+    lines += kernel_table(result.kernels)
     lines.append("Grading also runs hidden tests (other shapes, dtypes, edge cases): passing here is necessary, not sufficient.")
     return "\n".join(lines)
+
+
+def kernel_table(kernels: list[dict]) -> list[str]:
+    """Per kernel the tests launched: what NVIDIA's compiler made of it, and what a GPU engineer would say."""
+    if not kernels:
+        return []
+    lines = ["", f"your kernels, compiled by NVIDIA's compiler for {kernels[0]['gpu']} ({kernels[0]['arch']}; compiled, not run):",
+             f"{'kernel':<20} {'registers':>9} {'shared B':>8} {'local B':>7} {'spilled B':>9} {'float64 ops':>11}"]
+    for kernel in kernels:
+        lines.append(f"{kernel['kernel']:<20} {kernel['registers']:>9} {kernel['shared_bytes']:>8} {kernel['local_bytes']:>7} "
+                     f"{kernel['spill_bytes']:>9} {kernel['float64_instructions']:>11}")
+        lines += [f"  warning ({kernel['kernel']}): {warning}" for warning in kernel["warnings"]]
+    return lines
 
 
 def _speed_line(output: str) -> str:

@@ -173,6 +173,12 @@ class Worker:
         arrays = [to_plain(arg) if isinstance(arg, np.ndarray) else None for arg in args]
         self.send("return", {"arrays": arrays, "observed": {kind: to_plain(o.export()) for kind, o in watching.items()}})
 
+    def do_kernel_source(self, name: str) -> None:
+        """The kernel's self-contained source, for the grader to check and compile (plain data)."""
+        from gpucourse.kernel_source import kernel_source
+
+        self.send("return", kernel_source(self.namespace[name]).to_plain())
+
     def do_load_block(self, name: str, calls) -> None:
         self.block = (self.namespace[name], [self._bind(args) for args in calls])
         self.send("ok")

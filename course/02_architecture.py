@@ -10,7 +10,7 @@
 # 2. the memory hierarchy: registers, shared memory, L1, L2, global, constant and read-only memory, with their sizes and speeds;
 # 3. how the course runs CUDA kernels written in Python (numba-cuda) on a GPU, or in numba's simulator when there is none;
 # 4. your first kernels: thread indexing, bounds checks, launch configuration, grid-stride loops, 2D grids, shared memory with barriers, and a race condition with its fix;
-# 5. occupancy: what limits how many warps an SM holds, why that matters, and when more does not help.
+# 5. occupancy: what limits how many warps an SM holds, why that matters, when more does not help, and what NVIDIA's compiler allocates for our own kernels.
 #
 # Every cell runs on a laptop CPU as well as on a GPU.
 # Without a GPU the kernels run in a simulator, which checks that they are correct but says nothing about speed; numbers about speed are then *modelled* or *reported*, and say so.
@@ -500,18 +500,62 @@ plt.show()
 # The sawtooth on the left is registers at work: the 48 warps that fit are divided into whole blocks, and whatever is left over is wasted.
 # On the right, shared memory caps the SM at three blocks, so only large blocks get anywhere near full occupancy.
 #
-# ### Our own kernels
+# ### Our own kernels, compiled without a GPU
 #
-# The compiler decides how many registers a kernel uses; numba reports it once the kernel has been compiled for a GPU (at its first launch).
-# `kernels.kernel_resources(kernel)` reads those figures, and `sim.occupancy` turns them into an occupancy for this GPU.
-# The simulator compiles nothing, so this needs a GPU.
+# The compiler, not the programmer, decides how many registers a kernel uses, and the simulator compiles nothing.
+# But NVIDIA's compiler does not need a GPU.
+# `kernels.compile_report(kernel, signature, gpu)` compiles a kernel in a separate process as numba would before a launch: NVVM turns it into PTX, NVIDIA's portable assembly, and `ptxas` turns the PTX into machine code for one GPU architecture and reports what it allocated.
+# The signature gives the argument types; `float32[::1]` is a contiguous float32 array, which is what a launch with a numpy array compiles.
+# We compile three kernels of section 4 for the T4 of the wave figure (compute capability 7.5, `sm_75`).
+# If the compiler is not installed, the cell says how to install it and the lecture goes on without it.
+
+# %%
+vector, matrix = float32[::1], float32[:, ::1]
+compiled = {}  # kernel name -> CompileReport; stays empty without the compiler
+try:
+    for kernel, signature in ((add_vectors, (vector, vector, vector)), (reverse_chunks, (vector, vector)),
+                              (add_row_index, (matrix, matrix))):
+        compiled[kernel.__name__] = kernels.compile_report(kernel, signature, gpu="T4")
+        print(compiled[kernel.__name__].summary(), end="\n\n")
+except kernels.CompilerMissing as missing:
+    print(f"[no compiler here] {missing}")
+
+# %% [markdown]
+# These figures come from NVIDIA's compiler for `sm_75`; nothing ran, and no GPU was involved.
+# `add_vectors` needs the most registers: the compiler unrolled its grid-stride loop (hence more global loads in the PTX than the two the loop body has), and the unrolled iterations keep more values live at once.
+# `reverse_chunks` declares `CHUNK` float32 of shared memory, 256 bytes per block, and its `cuda.syncthreads()` uses one hardware barrier.
+# `add_row_index` draws a warning the simulator could never give: `x[row, col] + row` adds an int64 index to a float32, numba's typing rules make that sum a float64, and a T4 runs float64 arithmetic at a small fraction of its float32 rate.
+# Writing `float32(row)` would keep it in float32; the simulator computes the same values either way and says nothing.
+#
+# Now the real register counts and shared memory go into the occupancy model, at the block sizes these kernels use on a GPU in section 4.
+
+# %%
+# The compiler's figures for sm_75 (compiled), turned into occupancy on a T4 (modelled): no GPU involved in either.
+gpu_block_size = {"add_vectors": 256, "reverse_chunks": CHUNK, "add_row_index": 16 * 8}
+for name, report in compiled.items():
+    result = sim.occupancy(report.gpu, gpu_block_size[name], report.registers, report.shared_bytes)
+    print(f"{name:<15} {report.registers:3d} registers/thread, {report.shared_bytes:4d} B shared/block (compiled for "
+          f"{report.arch}), {gpu_block_size[name]:3d} threads/block → {result.describe()}")
+
+# %% [markdown]
+# All three reach full occupancy on a T4: small kernels like these are far from every limit.
+# The calculator below starts from the compiled `add_vectors` (or from its defaults without the compiler).
+# Try: how many registers per thread could the kernel use before a T4 holds fewer warps?
+# If you switch the GPU, the registers stay those compiled for `sm_75`; `compile_report(..., gpu="H100")` gives that card's, which can differ, since each architecture gets its own machine code.
+
+# %%
+widgets.occupancy_calculator(report=compiled.get("add_vectors"), threads_per_block=256)
+
+# %% [markdown]
+# On a GPU, numba compiles each kernel at its first launch for the GPU present, and `kernels.kernel_resources(kernel)` reads the figures it got.
+# The next cell lists them for every kernel of section 4, with the occupancy of each launch on that GPU's compute capability.
 
 # %%
 if kernels.simulator_active():
-    print("[simulator: no compiled code, so no register counts] On a GPU this cell lists each kernel above with the "
-          "registers per thread and shared memory per block the compiler gave it (reported by numba; reverse_chunks "
-          f"has {CHUNK} float32 = {CHUNK * 4} B of shared memory), and the occupancy each of its launches above "
-          "reaches on that GPU's compute capability (modelled with sim.occupancy).")
+    print("[simulator: no compiled code of its own] On a GPU this cell lists each kernel above with the registers "
+          "per thread and shared memory per block numba's compiler gave it for that GPU (reported by numba), and "
+          "the occupancy each of its launches above reaches on that GPU's compute capability (modelled with "
+          "sim.occupancy). The figures compiled for a T4 above need no GPU.")
 else:
     import torch
 
@@ -542,6 +586,7 @@ else:
 # - Threads updating the same address race; `cuda.atomic.add` makes the update indivisible.
 #   The simulator does not reproduce every race: it checks correctness, a GPU checks concurrency.
 # - Occupancy, the fraction of warp slots in use, is limited by warps, blocks, registers and shared memory; it hides latency, but more of it does not help once there is enough work in flight.
+# - NVIDIA's compiler runs without a GPU: `kernels.compile_report` gives a kernel's real registers and shared memory for any architecture, and flags what the simulator cannot see, such as float64 arithmetic.
 #
 # Next: the graded assignment `assignments/02_architecture/02_architecture.ipynb`, where you write your own kernels (grid-stride, 2D, a block reduction, a histogram) and an occupancy calculator.
 # Then module 03, coalescing: how the addresses a warp touches together decide how fast global memory serves it.

@@ -419,9 +419,12 @@ show(tiled)
 # The padding column is never used; it costs 32 × 4 = 128 bytes of shared memory per block.
 
 # %%
+TILE_PADDED = TILE + 1  # a module constant: a GPU compiler needs a shared array's shape as constants, and `TILE + 1` inside the kernel is an expression
+
+
 @cuda.jit
 def transpose_padded(a, out):
-    tile = cuda.shared.array((TILE, TILE + 1), dtype=float32)
+    tile = cuda.shared.array((TILE, TILE_PADDED), dtype=float32)
     tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
     col0, row0 = cuda.blockIdx.x * TILE, cuda.blockIdx.y * TILE
     tile[ty, tx] = a[row0 + ty, col0 + tx]
@@ -476,6 +479,53 @@ for tile_size in (32, 16):
 # With 16-wide tiles the load's conflict drops only from 8-way to 2-way, and the store, conflict-free before, becomes 2-way: no single padding fixes both.
 # (Libraries such as CUTLASS and Triton use *swizzled* layouts instead, where the column index is XOR-ed with bits of the row, which removes conflicts for such shapes too.)
 # With TILE = 32 and a warp per tile row, one column of padding is the whole fix.
+#
+# ### What the compiler makes of the transposes
+#
+# The tracer followed every simulated thread; NVIDIA's compiler shows what a GPU would be given to execute.
+# As in lecture 02, `kernels.compile_report` compiles a kernel with NVVM and `ptxas` for one architecture, here the T4's `sm_75`, in a separate process and with no GPU.
+# It counts the load, store and barrier instructions in the kernel's PTX, NVIDIA's portable assembly.
+# These are **static** counts: each instruction of the code once, however many threads run it and however many sectors it moves; they are not a trace.
+
+# %%
+matrix = float32[:, ::1]  # a contiguous float32 matrix: what a launch with numpy arrays compiles
+compiled = {}  # kernel name -> CompileReport; stays empty without the compiler
+try:
+    for kernel in (transpose_naive, transpose_tiled, transpose_padded):
+        compiled[kernel.__name__] = kernels.compile_report(kernel, (matrix, matrix), gpu="T4")
+except kernels.CompilerMissing as missing:
+    print(f"[no compiler here] {missing}")
+if compiled:
+    print(f"{'static count':<22}" + "".join(f"{name:>18}" for name in compiled))
+    for count in ("global_loads", "global_stores", "shared_loads", "shared_stores", "barrier_instructions", "shared_bytes", "registers"):
+        print(f"{count.replace('_', ' '):<22}" + "".join(f"{getattr(report, count):>18}" for report in compiled.values()))
+    print("compiled for T4 (sm_75) by NVVM and ptxas: no GPU involved, nothing run or traced")
+
+# %% [markdown]
+# Each line of a kernel compiles to several PTX instructions; `report.ptx_for_line(line)` lists those of one source line.
+# Most of them compute addresses (the `shr`/`and` pairs make negative indices wrap around, as Python's do), so the cell keeps only the loads, stores and barriers.
+
+# %%
+def memory_ptx(report, code):
+    """The source line of the kernel that contains ``code``, and the loads, stores and barriers compiled from it."""
+    line = next(origin for origin in report.source.origins if origin and code in origin.code)
+    ptx = report.ptx_for_line(line.line)
+    kept = [" ".join(op.split()) for op in ptx if op.split(".")[0] in ("ld", "st", "bar")]
+    others = f"   (+{len(ptx) - len(kept)} other instructions, mostly addresses)" if len(ptx) > len(kept) else ""
+    return f"{line.code.strip():<42} {' | '.join(kept)}{others}"
+
+
+for name, lines in (("transpose_naive", ["out[col, row] = a[row, col]"]),
+                    ("transpose_tiled", ["tile[ty, tx] = a[", "cuda.syncthreads()", "= tile[tx, ty]"])):
+    if name in compiled:
+        print(name)
+        for code in lines:
+            print("   ", memory_ptx(compiled[name], code))
+
+# %% [markdown]
+# Both kernels read global memory once and write it once per thread (`ld.global.f32`, `st.global.f32`): the compiler cannot see strides, because they depend on the index each thread computes at run time, which is what the tracer measured.
+# What the tiled kernel adds is a detour through shared memory: `st.shared` of the row it read, `bar.sync 0` (the barrier `cuda.syncthreads()` compiles to), then `ld.shared` of a column, so the strided access now happens in shared memory instead of in global memory.
+# Its 4096 bytes of shared memory per block are the 32 × 32 float32 tile; the padded kernel's 4224 bytes are the 32 × 33 tile, the same instructions otherwise.
 #
 # ### On a GPU: the transposes, timed
 #

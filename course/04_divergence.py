@@ -114,7 +114,7 @@ from gpucourse import kernels
 
 mode = kernels.use_gpu_or_simulator()  # before numba.cuda is imported: the choice is fixed at that import
 
-from numba import cuda, float32  # noqa: E402
+from numba import cuda, float32, int64  # noqa: E402
 
 SIM = kernels.simulator_active()  # small problems in the simulator, large ones on a GPU
 where = "numba's CUDA simulator" if SIM else gpucourse.describe()
@@ -240,6 +240,47 @@ else:
         print(f"{kernel.__name__:<18}: {seconds[kernel.__name__] * 1e3:.3f} ms per launch (measured on {where})")
     print(f"per-thread / per-warp: {seconds['branch_per_thread'] / seconds['branch_per_warp']:.2f}× the time "
           f"for the same work (measured on {where})")
+
+# %% [markdown]
+# **What the compiler sees.**
+# The tracer follows lanes; the compiler sees only the code.
+# As in lecture 02, `kernels.compile_report` compiles both kernels for a T4 (`sm_75`) with NVIDIA's NVVM and `ptxas`, without a GPU.
+# We count three kinds of instruction in their PTX, NVIDIA's portable assembly:
+#
+# - branches, `bra`: a jump;
+# - predicated instructions, written with a prefix such as `@%p3`: each lane executes the instruction only if its predicate register `%p3` is true (`@%p3 bra` is a conditional jump, and in these kernels every predicated instruction is one);
+# - selects, `selp`: each lane picks one of two values by a predicate, with no jump.
+#
+# These are static counts, each instruction of the code once, not a trace of what ran.
+
+# %%
+compiled = {}  # kernel name -> CompileReport; stays empty without the compiler
+try:
+    for kernel in (branch_per_thread, branch_per_warp):
+        # x, out: contiguous float32 arrays; work: a Python int, which numba compiles as int64
+        compiled[kernel.__name__] = kernels.compile_report(kernel, (float32[::1], float32[::1], int64), gpu="T4")
+except kernels.CompilerMissing as missing:
+    print(f"[no compiler here] {missing}")
+for name, report in compiled.items():
+    ptx = [line.strip() for line in report.ptx.splitlines()]
+    predicated, selects = sum(line.startswith("@%p") for line in ptx), sum(line.startswith("selp") for line in ptx)
+    print(f"{name}: {report.branches} bra, {predicated} predicated instructions, {selects} selp, {report.registers} registers")
+    split = next(origin for origin in report.source.origins if origin and "== 0:" in origin.code)  # the if choosing a loop
+    print(f"  PTX of `{split.code.split('#')[0].strip()}`:")
+    print("    " + "\n    ".join(" ".join(op.split()) for op in report.ptx_for_line(split.line)))
+if compiled:
+    print("static counts in the PTX, compiled for T4 (sm_75) by NVVM and ptxas: no GPU involved, nothing run or traced")
+
+# %% [markdown]
+# The two kernels compile to the same control flow, branch for branch; only the arithmetic of the condition differs.
+# Each `if` becomes a comparison that sets a predicate (`setp`) and a conditional jump (`@%p bra`).
+# Nothing in the code says whether the 32 lanes of a warp will agree: that is decided at run time by the values of `i` in each warp, which is why the tracer and the timings, not the PTX, tell the two kernels apart.
+#
+# Predication is there too, where the work is short.
+# Python's `%` must give a non-negative result for a negative `i`, and the compiler makes that correction with `setp` and `selp`: it computes both candidates and selects one per lane, with no jump.
+# The loops are too long for that and stay real branches.
+# Either way, when the lanes of a warp disagree, the warp issues both sides: with predication every lane steps through both and keeps one result; with a branch the warp runs one path, then the other, with the other lanes masked.
+# (PTX is not yet machine code: `ptxas` may still turn a short branch into predicated machine instructions, which these counts do not show.)
 
 # %% [markdown]
 # ### 2.2 When the data decides: group the work first

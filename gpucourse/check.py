@@ -78,6 +78,27 @@ def assert_speedup(result: SpeedResult, required: float, *, name: str = "speedup
     print(f"{name}: {result} (needed {required:g}×)")
 
 
+def assert_float32_only(kernel, *args, gpu: str = "A100", name: str | None = None) -> None:
+    """``kernel``, compiled by NVIDIA's compiler for ``gpu`` with the types of ``args`` (the
+    arguments of a launch), does no float64 arithmetic; the message names the lines that do.
+
+    A Python float such as ``0.5`` is a float64 to numba, and so is everything it touches.
+    Where the compiler is not installed this prints why it was not checked (the grader checks it).
+    """
+    from .kernels import CompilerMissing, compile_report
+
+    name = name or getattr(kernel, "__name__", "the kernel")
+    try:
+        report = compile_report(kernel, args, gpu=gpu)
+    except CompilerMissing as missing:
+        print(f"{name}: float32 not checked here: {missing}")
+        return
+    if report.float64_instructions:
+        lines = "; ".join(str(line) for line in report.float64_lines()) or "lines unknown"
+        raise AssertionError(f"{name} computes in float64 ({report.float64_instructions} PTX instructions for {report.arch}): {lines}. "
+                             "Write float32 constants (np.float32(0.5), as a module constant) so the arithmetic stays float32.")
+
+
 _FORBIDDEN: list[str] = []  # modules switched off by the enclosing ``forbidden`` blocks
 
 

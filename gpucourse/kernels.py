@@ -6,6 +6,9 @@ for a GPU or runs each thread in Python (``NUMBA_ENABLE_CUDASIM=1``). So a noteb
 a tiny kernel in a separate process: a driver older than numba's compiler (the classic Colab
 ``CUDA_ERROR_UNSUPPORTED_PTX_VERSION``) is then explained instead of crashing the notebook,
 and the simulator is used meanwhile.
+
+:func:`compile_report` compiles a kernel as a real GPU would, even without one, and reports its
+registers, shared and local memory, spills and float64 arithmetic (see :mod:`gpucourse.compiler`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,11 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+
+# Compiling a kernel as a real GPU would, without one (NVVM and ptxas in a child process);
+# these modules import nothing heavy until a kernel is compiled.
+from .compiler import CompileReport, CompilerMissing, compile_report  # noqa: F401
+from .kernel_source import KernelCompileError, KernelSourceError, kernel_source  # noqa: F401
 
 SIMULATOR_ENV = "NUMBA_ENABLE_CUDASIM"
 

@@ -48,11 +48,21 @@ def occupancy_report(gpu: str, threads_per_block: int, registers_per_thread: int
     return f"{result.describe()}\nEach limit on its own allows:\n{limits}"
 
 
-def occupancy_calculator(gpu: str = "T4", threads_per_block: int = 256, registers_per_thread: int = 32,
-                         shared_mem_per_block: int = 0):
+def occupancy_calculator(gpu: str | None = None, threads_per_block: int = 256, registers_per_thread: int | None = None,
+                         shared_mem_per_block: int | None = None, report=None):
     """An occupancy calculator: pick a GPU and a launch, see blocks/SM, warps, occupancy,
-    the limiting resource, and occupancy against block size for the same kernel."""
+    the limiting resource, and occupancy against block size for the same kernel.
+
+    report: a compiled kernel (a :class:`gpucourse.compiler.CompileReport`) starts the calculator
+    at its registers per thread, its shared memory per block and the GPU it was compiled for;
+    arguments given explicitly win. Without one: a T4, 32 registers, no shared memory.
+    """
     import ipywidgets as widgets
+
+    preset = _compiled_preset(report)
+    gpu = gpu or preset.get("gpu", "T4")
+    registers_per_thread = preset.get("registers", 32) if registers_per_thread is None else registers_per_thread
+    shared_mem_per_block = preset.get("shared_bytes", 0) if shared_mem_per_block is None else shared_mem_per_block
 
     controls = {
         "gpu": widgets.Dropdown(options=list(gpu_specs.GPUS) + list(gpu_specs.SM_LIMITS), value=gpu, description="GPU"),
@@ -70,6 +80,20 @@ def occupancy_calculator(gpu: str = "T4", threads_per_block: int = 256, register
         return occupancy_report(**values)
 
     return _explorer(controls, draw, [("gpu", "threads_per_block"), ("registers_per_thread", "shared_mem_per_block")])
+
+
+def _compiled_preset(report) -> dict:
+    """The GPU, registers and shared bytes of a compiled kernel's report; {} for None.
+
+    Only the GPU a card of gpu_specs names is kept (the dropdown offers no other).
+    """
+    if report is None:
+        return {}
+    preset = {"registers": int(report.registers), "shared_bytes": int(report.shared_bytes)}
+    card = getattr(report, "gpu", None)
+    if card in gpu_specs.GPUS:
+        preset["gpu"] = card
+    return preset
 
 
 def coalescing_report(stride: int, offset: int, element_bytes: int, active_lanes: int) -> str:

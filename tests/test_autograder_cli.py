@@ -69,6 +69,14 @@ class Grade:
         assert result.score == expected.full_marks(gpu)
         assert result.device_class == ("cuda" if gpu else "cpu")
 
+    def test_reference_kernels_compile_for_a_real_gpu(self, graded, expected):
+        """Every kernel the tests launched went through NVIDIA's compiler (NVVM and ptxas, for sm_80)
+        before the simulator ran it; grading.json keeps what the compiler reported."""
+        kernels = graded.verdicts("alice")["kernels"]
+        assert bool(kernels) == expected.kernel_module, kernels
+        for kernel in kernels:
+            assert kernel["arch"] == "sm_80" and kernel["registers"] > 0 and kernel["spill_bytes"] == 0, kernel
+
     def test_untouched_release_earns_nothing(self, graded):
         result = graded.result("bob")
         assert result.score == 0
@@ -150,6 +158,7 @@ class Grade:
             assert ("needs a GPU" if item.requires_gpu and not gpu else "passed") in row, row
             if "assert_speedup" in item.source and (gpu or not item.requires_gpu):
                 assert "× faster" in row and "(needed " in row, f"the speed item's row shows measured and required speed: {row}"
+        assert ("your kernels, compiled by NVIDIA's compiler for A100 (sm_80" in printed) == expected.kernel_module, printed
         for grade_id, expected_text in SOLUTION_ROWS.get(self.module, {}).items():
             assert expected_text["cuda" if gpu else "cpu"] in _row(printed, grade_id), printed
 

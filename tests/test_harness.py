@@ -60,3 +60,44 @@ def test_a_worker_that_cannot_start_is_a_grader_error(tmp_path):
         harness.grade(_plan("ANSWER = 42"), tmp_path / "work", starved)
     assert "memory" in failure.value.log.lower(), failure.value.log
 
+
+
+KERNEL_CELL = """
+from gpucourse import kernels
+kernels.use_gpu_or_simulator(verbose=False)  # numba's simulator where there is no GPU, as every kernel notebook does
+from numba import cuda
+
+@cuda.jit
+def double(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = 2 * x[i]
+"""
+LAUNCH_TEST = "x = np.ones(32, np.float32)\ndouble[1, 32](x)\nassert (x == 2).all(), x"
+
+
+def _kernel_plan() -> Plan:
+    return Plan(context=["import numpy as np"], student_cells=[KERNEL_CELL],
+                items=[skeleton.TestItem("test_double", 1.0, LAUNCH_TEST)], api_names=["double"])
+
+
+def test_a_launched_kernel_is_compiled_for_a_real_gpu_first(tmp_path):
+    (tmp_path / "work").mkdir()
+    result = harness.grade(_kernel_plan(), tmp_path / "work", LIMITS)
+    assert [item.outcome for item in result.items] == [Outcome.PASSED], result.items
+    [kernel] = result.kernels
+    assert kernel["kernel"] == "double" and kernel["signature"] == "(float32[::1])" and kernel["arch"] == "sm_80" and kernel["registers"] > 0
+
+
+def test_without_nvidias_compiler_a_grader_stops_and_a_self_check_goes_on(tmp_path, monkeypatch):
+    """A grader that cannot compile kernels must not grade them (GraderError: nobody's score);
+    a student's self-check still runs the tests and says the kernels were not compiled."""
+    monkeypatch.setenv("GPUCOURSE_PTXAS", "/nonexistent/ptxas")
+    (tmp_path / "grader").mkdir()
+    with pytest.raises(harness.GraderError, match="cannot compile kernels"):
+        harness.grade(_kernel_plan(), tmp_path / "grader", LIMITS)
+    (tmp_path / "self").mkdir()
+    result = harness.grade(_kernel_plan(), tmp_path / "self", LIMITS, compiler_required=False)
+    assert [item.outcome for item in result.items] == [Outcome.PASSED], result.items
+    assert any("not compiled for a real GPU" in note for note in result.notes), result.notes
+    assert result.kernels == []

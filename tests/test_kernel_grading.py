@@ -39,6 +39,11 @@ VARIANTS_02 = {
     "no_bounds": ("bias_relu_kernel", (
         "@cuda.jit\ndef bias_relu_kernel(x, bias, out):\n    j, i = cuda.grid(2)\n    out[i, j] = max(x[i, j] + bias[j], 0.0)\n"
     ), "test_bias_relu", "IndexError"),
+    # Runs in the simulator (a Python list in a kernel) but no GPU compiler accepts it: compiled by NVVM first.
+    "simulator_only": ("saxpy_kernel", (
+        "@cuda.jit\ndef saxpy_kernel(a, x, y, out):\n    done = []\n"
+        "    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):\n        out[i] = a * x[i] + y[i]\n        done.append(i)\n"
+    ), "test_saxpy", "would not compile for a GPU"),
     # An occupancy answer as a dataclass with a property: a valid answer the grader must read.
     "dataclass": ("occupancy", (
         "from dataclasses import dataclass\n\n_reference = occupancy\n\n@dataclass\nclass Result:\n"
@@ -54,7 +59,10 @@ VARIANTS_02 = {
 TRANSPOSE_HEAD = "@cuda.jit\ndef transpose_tiled(x, out):\n"
 VARIANTS_03 = {
     # Shared tile without padding: reading a column hits one bank 32 times.
-    "unpadded": ("transpose_tiled", None, "test_transpose_traced", "pad the tile"),
+    "unpadded": ("transpose_tiled", lambda given: given.replace("(TILE, TILE_PADDED)", "(TILE, TILE)"), "test_transpose_traced", "pad the tile"),
+    # The padded tile's shape as an expression: fine in the simulator, rejected by every GPU compiler.
+    "shape_expression": ("transpose_tiled", lambda given: given.replace("(TILE, TILE_PADDED)", "(TILE, TILE + 1)"),
+                         ("test_transpose_correct", "test_transpose_traced"), "cannot see as constant"),
     # The naive kernel under the tiled name: stores still 32 rows apart.
     "naive": ("transpose_tiled", TRANSPOSE_HEAD + (
         "    col = cuda.blockIdx.x * TILE + cuda.threadIdx.x\n    for k in range(0, TILE, BLOCK_ROWS):\n"
@@ -73,7 +81,7 @@ VARIANTS_03 = {
 }
 SUM_HEAD = (
     "@cuda.jit\ndef sum_kernel(x, out):\n    s = cuda.shared.array(RED_BLOCK, np.float32)\n    t = cuda.threadIdx.x\n"
-    "    acc = 0.0\n    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):\n        acc += x[i]\n"
+    "    acc = np.float32(0)\n    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):\n        acc += x[i]\n"
     "    s[t] = acc\n    cuda.syncthreads()\n    step = 1\n    while step < RED_BLOCK:\n"
 )
 SUM_TAIL = "        cuda.syncthreads()\n        step *= 2\n    if t == 0:\n        cuda.atomic.add(out, 0, s[0])\n"
@@ -81,9 +89,14 @@ VARIANTS_04 = {
     # The given kernel under the new name: right results, divergent warps.
     "still_divergent": ("activate_uniform", (
         "@cuda.jit\ndef activate_uniform(x, out):\n    i = cuda.grid(1)\n    if i < x.size:\n        if i % 2 == 0:\n"
-        "            v = x[i]\n            for _ in range(EXPENSIVE_STEPS):\n                v = v * 0.5 + 1.0\n"
+        "            v = x[i]\n            for _ in range(EXPENSIVE_STEPS):\n                v = v * HALF + ONE\n"
         "            out[i] = v\n        else:\n            out[i] = -x[i]\n"
     ), "test_uniform_traced", "SIMT efficiency"),
+    # The reference's remapping with Python float constants: right values in the simulator, float64 arithmetic on a GPU.
+    "float64_constants": ("activate_uniform", lambda given: given.replace("v * HALF + ONE", "v * 0.5 + 1.0"),
+                          "test_uniform_correct", "computes in float64"),
+    # A float64 accumulator (a Python 0.0): the sum is right, its arithmetic float64.
+    "float64_accumulator": ("sum_kernel", lambda given: given.replace("total = np.float32(0)", "total = 0.0"), "test_sum_correct", "computes in float64"),
     # Interleaved addressing: right sum, threads of a warp idle in every step.
     "interleaved": ("sum_kernel", SUM_HEAD + "        if t % (2 * step) == 0:\n            s[t] += s[t + step]\n" + SUM_TAIL,
                     "test_sum_traced", "use sequential addressing"),
@@ -113,8 +126,10 @@ def _grade(assignment, student_nb, tmp_path, only):
 def _with_answer(assignment, grade_id, code):
     notebook = nbformat.read(source(assignment), as_version=4)
     [cell] = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
-    if code is None:  # the reference with the shared tile unpadded
-        code = cell.source.replace("(TILE, TILE + 1)", "(TILE, TILE)")
+    if callable(code):  # an edit of the reference answer
+        edited = code(cell.source)
+        assert edited != cell.source, "the edit no longer applies to the reference: update the variant"
+        code = edited
     elif grade_id == "occupancy" and "_reference" in code:
         renamed = cell.source.replace("def occupancy(", "def _solution_occupancy(", 1)
         code = renamed + "\n\n" + code.replace("_reference = occupancy", "_reference = _solution_occupancy")

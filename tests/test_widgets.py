@@ -4,6 +4,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+from dataclasses import dataclass  # noqa: E402
+
 import pytest  # noqa: E402
 
 from gpucourse import sim, widgets  # noqa: E402
@@ -45,6 +47,31 @@ def test_shared_memory_slider_follows_the_gpu_limit():
     assert controls["shared B/block"].max == 64 * 1024
     assert controls["shared B/block"].value <= 64 * 1024
     assert "T4:" in _printed(box)
+
+
+@dataclass(frozen=True)
+class FakeReport:
+    """What the calculator reads of a CompileReport, without compiling anything."""
+
+    registers: int
+    shared_bytes: int
+    gpu: str = "A100"
+
+
+def test_calculator_starts_from_a_compiled_kernel():
+    box = widgets.occupancy_calculator(report=FakeReport(registers=72, shared_bytes=8 * 1024), threads_per_block=128)
+    controls = _controls(box)
+    assert (controls["GPU"].value, controls["registers/thread"].value, controls["shared B/block"].value) == ("A100", 72, 8 * 1024)
+    assert _printed(box).startswith(sim.occupancy("A100", 128, 72, 8 * 1024).describe())
+    assert "A100: 7 blocks/SM" in _printed(box) and "limited by registers" in _printed(box)  # 72 registers: 28 warps fit
+
+
+def test_explicit_arguments_win_over_the_compiled_kernel():
+    box = widgets.occupancy_calculator("T4", 256, registers_per_thread=40, report=FakeReport(registers=72, shared_bytes=4096))
+    controls = _controls(box)
+    assert (controls["GPU"].value, controls["registers/thread"].value, controls["shared B/block"].value) == ("T4", 40, 4096)
+    unknown_card = FakeReport(registers=16, shared_bytes=0, gpu="sm_86 card")  # not in gpu_specs: the default card
+    assert _controls(widgets.occupancy_calculator(report=unknown_card))["GPU"].value == "T4"
 
 
 @pytest.mark.slow  # starts a Jupyter kernel

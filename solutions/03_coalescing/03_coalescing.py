@@ -169,7 +169,8 @@ with check.forbidden("gpucourse.sim"):
 # 2. `cuda.syncthreads()`;
 # 3. write the tile to `out` transposed, a warp writing along a row of `out`: it reads a *column* of the shared tile.
 #
-# Reading a column of a `TILE × TILE` float32 tile makes every lane of the warp hit the same bank (a 32-way conflict): declare the tile `(TILE, TILE + 1)` and the padding spreads a column over all banks.
+# Reading a column of a `TILE × TILE` float32 tile makes every lane of the warp hit the same bank (a 32-way conflict): declare the tile `(TILE, TILE_PADDED)` and the padding spreads a column over all banks.
+# A shared array's shape must be numbers the compiler can see: literals or module constants such as `TILE_PADDED`; an expression like `TILE + 1` runs in the simulator, but no GPU compiler accepts it (and the grader compiles your kernel for a real GPU).
 # `x` is `(rows, cols)` float32 of any shape: neither side need be a multiple of `TILE`, so check bounds on both the load and the store.
 #
 # Graded: correctness (2 points), and what the tracer counts in the simulator (2 points): global loads *and* stores at most 1.25 × 4 sectors per request on average (the naive kernel's stores need about 23 on a 40 × 70 matrix), and a mean bank-conflict degree of the shared-memory accesses of at most 1.25.
@@ -179,6 +180,7 @@ with check.forbidden("gpucourse.sim"):
 # %% nbgrader={"grade_id": "naive_transpose", "locked": true}
 TILE = 32
 BLOCK_ROWS = 8  # threads per block: TILE × BLOCK_ROWS = 256; each copies TILE // BLOCK_ROWS rows
+TILE_PADDED = TILE + 1  # one column of padding; a module constant, so the compiler sees a constant shape
 
 
 def transpose_launch(shape):
@@ -209,7 +211,7 @@ def run_naive_transpose(x, out):
 def transpose_tiled(x, out):
     """out[c, r] = x[r, c] through a padded shared-memory tile; x: (rows, cols) float32, any shape."""
     ### BEGIN SOLUTION
-    tile = cuda.shared.array((TILE, TILE + 1), np.float32)
+    tile = cuda.shared.array((TILE, TILE_PADDED), np.float32)
     tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
     col = cuda.blockIdx.x * TILE + tx
     for k in range(0, TILE, BLOCK_ROWS):

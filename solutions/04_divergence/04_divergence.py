@@ -117,12 +117,14 @@ with check.forbidden("gpucourse.sim"):
 # Write `activate_uniform(x, out)`, launched exactly like it (one thread per element, `launch_1d(x.size)`), with the **same results**, but remap which element each thread handles so that all 32 lanes of a warp take the same path:
 # pair up warps, let the first warp of each pair handle 32 even elements and the second the 32 odd elements in between (thread `t` of warp pair `p` handles element `64p + 2·lane + (0 or 1)`).
 # Keep the bounds check: `x.size` need not be a multiple of 64.
+# Keep the arithmetic in float32 (use the given `HALF` and `ONE`): the grader compiles your kernel with NVIDIA's compiler and fails it if it computes in float64.
 #
-# Graded: the results (1 point) and, in the simulator, the traced SIMT efficiency on 640 elements: at least 0.9 (the divergent kernel reaches about 0.57) (2 points).
+# Graded: the results, in float32 (1 point) and, in the simulator, the traced SIMT efficiency on 640 elements: at least 0.9 (the divergent kernel reaches about 0.57) (2 points).
 # About 6 lines.
 
 # %% nbgrader={"grade_id": "divergent_kernel", "locked": true}
 EXPENSIVE_STEPS = 8
+HALF, ONE = np.float32(0.5), np.float32(1.0)  # float32 constants: a Python 0.5 would make the arithmetic float64
 
 
 @cuda.jit
@@ -133,7 +135,7 @@ def activate_divergent(x, out):
         if i % 2 == 0:
             v = x[i]
             for _ in range(EXPENSIVE_STEPS):
-                v = v * 0.5 + 1.0
+                v = v * HALF + ONE
             out[i] = v
         else:
             out[i] = -x[i]
@@ -161,7 +163,7 @@ def activate_uniform(x, out):
         if i % 2 == 0:
             v = x[i]
             for _ in range(EXPENSIVE_STEPS):
-                v = v * 0.5 + 1.0
+                v = v * HALF + ONE
             out[i] = v
         else:
             out[i] = -x[i]
@@ -175,7 +177,7 @@ def run_uniform(x, out):
 
 
 # %% nbgrader={"grade_id": "test_uniform_correct", "grade": true, "points": 1}
-"""activate_uniform computes exactly what activate_divergent computes."""
+"""activate_uniform computes what activate_divergent computes, in float32 arithmetic."""
 
 
 def check_uniform(n):
@@ -183,10 +185,11 @@ def check_uniform(n):
     expected, out = np.zeros(n, np.float32), np.full(n, np.nan, np.float32)
     activate_divergent[launch_1d(n)](x, expected)
     activate_uniform[launch_1d(n)](x, out)
-    check.assert_close(out, expected, rtol=0, atol=0, name=f"activate_uniform on {n} elements")
+    check.assert_close(out, expected, rtol=1e-6, atol=1e-6, name=f"activate_uniform on {n} elements")
 
 
 check_uniform(640)
+check.assert_float32_only(activate_uniform, np.zeros(640, np.float32), np.zeros(640, np.float32))
 ### BEGIN HIDDEN TESTS
 check_uniform(1)
 check_uniform(63)
@@ -241,7 +244,7 @@ if kernels.gpu_or_explain("the warp-uniform kernel runs close to 2x faster: each
 # ## Question 4: a full reduction with sequential addressing (3 points)
 #
 # Write `sum_kernel(x, out)`: add every element of the float32 array `x` into `out[0]` (which starts at 0), for **any length** and any number of blocks of `RED_BLOCK` threads:
-# 1. each thread adds up its elements with a grid-stride loop into a local variable;
+# 1. each thread adds up its elements with a grid-stride loop into a float32 local variable (start it at `np.float32(0)`: a Python `0.0` makes the sum float64, which the grader rejects);
 # 2. it stores that into a float32 shared array of `RED_BLOCK` entries, then `cuda.syncthreads()`;
 # 3. a tree with **sequential addressing**: `step` from `RED_BLOCK // 2` down to 1, threads `t < step` add `s[t + step]` into `s[t]`, a barrier after each step;
 # 4. thread 0 adds the block's total into `out[0]` with `cuda.atomic.add`.
@@ -261,7 +264,7 @@ def sum_kernel(x, out):
     ### BEGIN SOLUTION
     partial = cuda.shared.array(RED_BLOCK, np.float32)
     t = cuda.threadIdx.x
-    total = 0.0
+    total = np.float32(0)
     for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
         total += x[i]
     partial[t] = total
@@ -278,7 +281,7 @@ def sum_kernel(x, out):
 
 
 # %% nbgrader={"grade_id": "test_sum_correct", "grade": true, "points": 1}
-"""sum_kernel adds up arrays of any length, with any number of blocks."""
+"""sum_kernel adds up arrays of any length, with any number of blocks, in float32 arithmetic."""
 
 
 def check_sum(n, blocks):
@@ -290,6 +293,7 @@ def check_sum(n, blocks):
 
 
 check_sum(1000, 4)
+check.assert_float32_only(sum_kernel, np.zeros(1000, np.float32), np.zeros(1, np.float32))
 ### BEGIN HIDDEN TESTS
 check_sum(1, 1)
 check_sum(1, 3)

@@ -1,0 +1,135 @@
+"""The compiler child of :mod:`gpucourse.compiler`: one kernel to PTX (NVVM) and through ptxas.
+
+Run as ``python -I _compile_worker.py`` with ``NUMBA_ENABLE_CUDASIM=0``: it reads one JSON
+request on stdin and writes one JSON answer on stdout. It imports only the standard library
+and numba (not the gpucourse package, whose plotting imports take seconds), and needs no GPU
+or driver: numba-cuda asks the driver for the current device's compute capability only to
+compile device functions, so this process answers that question itself.
+
+Request: ``{"source", "filename", "kernel", "signature", "cc": [major, minor], "ptxas", "sys_path"}``,
+``signature`` either ``{"text": "void(float32[:])"}`` or
+``{"args": [{"scalar": "int32"} | {"array": "float32", "ndim": 2, "layout": "A"}, ...]}``.
+Answer: ``{"status": "ok", "ptx", "ptxas"}``, ``{"status": "error", "kind", "message", "line"}``
+(``line`` in the module text), ``{"status": "ptxas_error", "message"}``,
+``{"status": "unsupported_gpu", "message"}`` or ``{"status": "missing", "message"}``.
+"""
+
+import json
+import linecache
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.read())
+    answer_stream = sys.stdout
+    sys.stdout = sys.stderr  # whatever numba prints must not corrupt the answer
+    answer = answer_request(request)
+    answer_stream.write(json.dumps(answer))
+    answer_stream.flush()
+
+
+def answer_request(request: dict) -> dict:
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+    sys.path[:] = request.get("sys_path") or sys.path  # the caller's, user site and PYTHONPATH included
+    try:
+        from numba import cuda
+    except ImportError as error:
+        return {"status": "missing", "message": f"numba-cuda cannot be imported ({error})"}
+    _answer_compute_capability(tuple(request["cc"]))
+    kernel = _load(request["source"], request["filename"])[request["kernel"]]
+    try:
+        ptx, _ = cuda.compile_ptx(kernel.py_func, _signature(request["signature"]), cc=tuple(request["cc"]),
+                                  lineinfo=True, fastmath=bool(kernel.targetoptions.get("fastmath")))
+    except ImportError as error:  # numba-cuda's NvvmSupportError / NvrtcSupportError
+        return {"status": "missing", "message": f"NVVM, the CUDA compiler library, cannot be loaded ({error})"}
+    except Exception as error:  # noqa: BLE001 - any compile failure is an answer, not a crash
+        if type(error).__name__ == "CCSupportError":
+            return {"status": "unsupported_gpu", "message": str(error)}
+        return {"status": "error", "kind": type(error).__name__, "message": str(error),
+                "line": _error_line(error, request["filename"])}
+    return _assemble(ptx, request["ptxas"], request["cc"])
+
+
+def _answer_compute_capability(cc: tuple) -> None:
+    """numba-cuda compiles device functions for ``get_current_device()``'s compute capability."""
+    from numba.cuda import dispatcher
+
+    class TargetDevice:
+        compute_capability = cc
+
+    dispatcher.get_current_device = TargetDevice
+
+
+def _load(source: str, filename: str) -> dict:
+    """Run the module text (definitions only) and turn on line info for its device functions."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # numba reads lines from here
+    namespace = {"__name__": "student_kernel"}
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - text built by gpucourse.kernel_source
+    for value in namespace.values():
+        options = getattr(value, "targetoptions", None)
+        if isinstance(options, dict) and options.get("device"):
+            options["lineinfo"] = True  # so .loc directives name the device function's own lines
+    return namespace
+
+
+def _signature(descriptor: dict):
+    if "text" in descriptor:
+        return descriptor["text"]
+    import numpy as np
+    from numba.core import types
+    from numba.np.numpy_support import from_dtype
+
+    def rebuild(argument: dict):
+        if "scalar" in argument:
+            return from_dtype(np.dtype(argument["scalar"]))
+        return types.Array(from_dtype(np.dtype(argument["array"])), argument["ndim"], argument["layout"])
+
+    return types.void(*[rebuild(argument) for argument in descriptor["args"]])
+
+
+def _error_line(error: Exception, filename: str) -> int | None:
+    """The line of the module text a compile error is about.
+
+    numba names it in the message when its error context works; otherwise (numba-cuda raising
+    numba's own TypingError class, which its context handler does not catch; lowering errors)
+    the innermost traceback frame holding a location in our file still knows it.
+    """
+    import re
+
+    match = re.search(r'File "[^"]*' + re.escape(filename) + r'", line (\d+)', str(error))
+    if match:
+        return int(match.group(1))
+    frames = []
+    trace = error.__traceback__
+    while trace is not None:
+        frames.append(trace.tb_frame)
+        trace = trace.tb_next
+    for frame in reversed(frames):
+        for value in frame.f_locals.values():
+            for candidate in (value, getattr(value, "loc", None)):
+                if str(getattr(candidate, "filename", "")).endswith(filename) and isinstance(getattr(candidate, "line", None), int):
+                    return candidate.line
+    return None
+
+
+def _assemble(ptx: str, ptxas: str, cc) -> dict:
+    with tempfile.TemporaryDirectory(prefix="gpucourse-ptxas-") as folder:
+        ptx_path = os.path.join(folder, "kernel.ptx")
+        with open(ptx_path, "w") as file:
+            file.write(ptx)
+        command = [ptxas, f"-arch=sm_{cc[0]}{cc[1]}", "-v", ptx_path, "-o", os.path.join(folder, "kernel.cubin")]
+        try:
+            run = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        except OSError as error:
+            return {"status": "missing", "message": f"ptxas cannot run ({error})"}
+    output = (run.stdout + run.stderr).strip()
+    if run.returncode != 0:
+        return {"status": "ptxas_error", "message": output, "ptx": ptx}
+    return {"status": "ok", "ptx": ptx, "ptxas": output}
+
+
+if __name__ == "__main__":
+    main()
