@@ -539,12 +539,9 @@ for name, report in compiled.items():
 
 # %% [markdown]
 # All three reach full occupancy on a T4: small kernels like these are far from every limit.
-# The calculator below starts from the compiled `add_vectors` (or from its defaults without the compiler).
-# Try: how many registers per thread could the kernel use before a T4 holds fewer warps?
-# If you switch the GPU, the registers stay those compiled for `sm_75`; `compile_report(..., gpu="H100")` gives that card's, which can differ, since each architecture gets its own machine code.
-
-# %%
-widgets.occupancy_calculator(report=compiled.get("add_vectors"), threads_per_block=256)
+# The occupancy calculator of section 5 takes a compiled kernel too: `widgets.occupancy_calculator(report=compiled["add_vectors"])` starts it at that kernel's registers and shared memory.
+# Try it: how many registers per thread could the kernel use before a T4 holds fewer warps?
+# The registers are those compiled for `sm_75`; `compile_report(..., gpu="H100")` gives that card's, which can differ, since each architecture gets its own machine code.
 
 # %% [markdown]
 # On a GPU, numba compiles each kernel at its first launch for the GPU present, and `kernels.kernel_resources(kernel)` reads the figures it got.

@@ -13,6 +13,8 @@
 # 04 test_uniform_speed, ...) run twice here: in the executed solution notebooks, and through the
 # trusted grader in tests/test_autograder_cli.py, which expects full marks on a GPU. Their
 # thresholds (10x, 1.5x, 1.3x) are first guesses until this script has run on a GPU.
+# It also compares the register counts numba gets on the GPU with gpucourse.kernels.compile_report's
+# (scripts/compare_registers.py), which CPU graders and students rely on.
 #
 # It uses the python3 on PATH (a venv made by `make install` works too: PYTHON=.venv/bin/python).
 # On a GPU machine without internet, missing packages can travel as wheels in .whl/
@@ -64,5 +66,8 @@ status=${PIPESTATUS[0]}
     echo
     echo "## Speedups measured in the executed notebooks"
     "$python" -m autograder.report "$GPUCOURSE_EXECUTED_DIR" || true
+    echo
+    echo "## Registers: numba's compile on this GPU vs compile_report (NVVM + ptxas, no GPU)"
+    "$python" scripts/compare_registers.py 2>&1 || echo "(a mismatch or an error above)"
 } | tee -a "$report/report.md"
 exit "$status"

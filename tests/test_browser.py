@@ -335,6 +335,17 @@ def _screenshot_on_failure(page, name: str, capsys):
         raise
 
 
+def _scroll_up_until_rendered(page, locator, steps: int = 80) -> None:
+    """JupyterLab renders only the cells near the view (windowing): after Run All the view is at
+    the end, so scroll the notebook up until ``locator`` is in the page."""
+    scroller = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer").first
+    for _ in range(steps):
+        if locator.count():
+            return
+        scroller.evaluate("e => e.scrollBy(0, -500)")
+        page.wait_for_timeout(150)
+
+
 # --- the tests --------------------------------------------------------------------------------
 
 
@@ -354,11 +365,15 @@ def test_lecture_runs_and_the_occupancy_calculator_reacts(browser, lab, capsys):
         # The calculator: a dropdown, three sliders, a text readout and a PNG figure.
         threads = page.locator(".widget-hslider", has=page.locator(".widget-label", has_text=re.compile(r"^threads/block$")))
         calculator = page.locator(".jp-OutputArea-output", has=threads)
+        _scroll_up_until_rendered(page, calculator)
         calculator.wait_for()
+        calculator.evaluate("e => e.scrollIntoView({block: 'center'})")  # off-screen cells are not laid out: no innerText
         assert calculator.count() == 1
         assert calculator.locator(".jupyter-widgets.widget-hslider").count() == 3
         assert calculator.locator(".jupyter-widgets.widget-dropdown select").input_value() == "T4"
         readout, figure = calculator.locator(".widget-html-content pre"), calculator.locator(".widget-output img")
+        expect(readout).to_have_text(re.compile(r"^T4: "), timeout=30_000)  # a widget scrolled into view renders a moment later
+        expect(figure).to_have_attribute("src", re.compile(r"^data:image/png"), timeout=30_000)
         handle = threads.locator(".noUi-handle")  # the slider's knob (noUiSlider), focusable
         assert float(handle.get_attribute("aria-valuenow")) == 256
         text_before, png_before = readout.inner_text(), figure.get_attribute("src")
