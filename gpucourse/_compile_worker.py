@@ -43,14 +43,23 @@ def answer_request(request: dict) -> dict:
     try:
         ptx, _ = cuda.compile_ptx(kernel.py_func, _signature(request["signature"]), cc=tuple(request["cc"]),
                                   lineinfo=True, fastmath=bool(kernel.targetoptions.get("fastmath")))
-    except ImportError as error:  # numba-cuda's NvvmSupportError / NvrtcSupportError
-        return {"status": "missing", "message": f"NVVM, the CUDA compiler library, cannot be loaded ({error})"}
     except Exception as error:  # noqa: BLE001 - any compile failure is an answer, not a crash
+        if missing_library(error):
+            return {"status": "missing", "message": f"a CUDA compiler library cannot be loaded ({str(error).splitlines()[0]})"}
         if type(error).__name__ == "CCSupportError":
             return {"status": "unsupported_gpu", "message": str(error)}
         return {"status": "error", "kind": type(error).__name__, "message": str(error),
                 "line": _error_line(error, request["filename"])}
     return _assemble(ptx, request["ptxas"], request["cc"])
+
+
+# How numba-cuda and cuda-pathfinder say that NVVM or NVRTC is not installed: the grader's (or the
+# machine's) problem, never a fault of the kernel being compiled.
+MISSING_LIBRARY_ERRORS = ("DynamicLibNotFoundError", "NvvmSupportError", "NvrtcSupportError", "CudaSupportError")
+
+
+def missing_library(error: BaseException) -> bool:
+    return isinstance(error, ImportError) or any(cls.__name__ in MISSING_LIBRARY_ERRORS for cls in type(error).__mro__)
 
 
 def _answer_compute_capability(cc: tuple) -> None:

@@ -6,6 +6,7 @@ import math
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -336,3 +337,29 @@ def test_a_gpu_the_installed_compiler_cannot_target_is_named(ks, types):
 def test_a_compile_that_takes_too_long_is_stopped_with_a_clear_error(ks, types):
     with pytest.raises(TimeoutError, match="took more than"):
         compile_report(ks.per_thread_array, (types[0][:], types[1]), gpu="L4", timeout=0.05)
+
+
+def test_a_missing_compiler_library_is_the_machines_problem_not_the_kernels():
+    """NVRTC or NVVM not installed (cuda-pathfinder's DynamicLibNotFoundError, numba's NvvmSupportError)
+    must read as 'missing' (CompilerMissing: a grader stops), never as a kernel that does not compile."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compile_worker", Path(compiler.__file__).with_name("_compile_worker.py"))
+    worker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(worker)
+    DynamicLibNotFoundError = type("DynamicLibNotFoundError", (RuntimeError,), {})
+    NvvmSupportError = type("NvvmSupportError", (ImportError,), {})
+    assert worker.missing_library(DynamicLibNotFoundError('Failure finding "libnvrtc.so.13"'))
+    assert worker.missing_library(NvvmSupportError("libNVVM cannot be found"))
+    assert not worker.missing_library(TypeError("Unknown attribute 'append' of type list"))
+
+
+def test_a_python_without_numba_cuda_is_reported_missing(monkeypatch):
+    """The child, run with a search path that holds no numba: CompilerMissing with the pip line."""
+    request = {"source": "import numba.cuda as cuda\n@cuda.jit\ndef k(x):\n    x[0] = 1\n", "filename": "gpucourse_kernel.py",
+               "kernel": "k", "signature": {"text": "void(float32[:])"}, "cc": [8, 0], "ptxas": "/nonexistent", "sys_path": ["/nonexistent"]}
+    answer = compiler.run_compiler(request)
+    assert answer["status"] == "missing" and "numba-cuda cannot be imported" in answer["message"], answer
+    monkeypatch.setattr(compiler, "run_compiler", lambda request, timeout: answer)
+    with pytest.raises(compiler.CompilerMissing, match="numba-cuda"):
+        compiler._compile(request, 10)
