@@ -99,6 +99,8 @@ class StudentWorker:
         # Without NVIDIA's compiler a grader must stop (see GraderError); a student's self-check goes on with a note.
         self.compiler_required = compiler_required
         self.compiled: dict[tuple, object] = {}  # (kernel, signature) -> its CompileReport, once per submission
+        self.sources: dict[str, KernelSource] = {}  # kernel name -> its checked source, while this worker lives
+        self.runners: dict[str, StudentWorker] = {}  # kernel source digest -> the process that launches it (kernel_runner)
         self.clock = clock or FairClock(self.pids)
         self.skipped: set[int] = set()
         self.retried: set[int] = set()
@@ -110,8 +112,22 @@ class StudentWorker:
 
     # -- lifecycle -------------------------------------------------------------------------
     def pids(self) -> list[int]:
-        """The worker's process (the root of its tree), for the clock: its load is not other load."""
-        return [self.process.process.pid] if self.process is not None else []
+        """The worker's process (the root of its tree) and its kernel runners', for the clock: their load is not other load."""
+        own = [self.process.process.pid] if self.process is not None else []
+        return own + [pid for runner in self.runners.values() for pid in runner.pids()]
+
+    def kernel_runner(self, source: KernelSource) -> StudentWorker:
+        """A fresh process holding only ``source`` (checked definitions), in numba's simulator, where
+        the tests' launches of that kernel run and are observed. The student's other code never ran
+        there, so what its observers count is evidence (the rule of docs/authoring.md, section 6)."""
+        runner = self.runners.get(source.digest)
+        if runner is None:
+            folder = self.workdir.parent / f"{self.workdir.name}.kernel-{source.digest[:16]}"
+            folder.mkdir(exist_ok=True)
+            runner = StudentWorker([RUNNER_PREAMBLE, source.text], folder, self.limits, self.hidden_paths, self.clock, self.compiler_required)
+            self.runners[source.digest] = runner
+        runner.ensure_started()
+        return runner
 
     def ensure_started(self) -> None:
         while self.process is None:
@@ -173,6 +189,9 @@ class StudentWorker:
         if self.process is not None:
             self.process.kill()
             self.process = None
+        self.sources.clear()
+        for runner in self.runners.values():
+            runner.stop()
 
     # -- messages --------------------------------------------------------------------------
     def request(self, message, seconds: float):
@@ -251,15 +270,18 @@ class StudentFunction:
 
     def __kernel_source__(self) -> KernelSource:
         """The student's kernel's source, from their worker, checked to hold nothing but definitions
-        (so :func:`gpucourse.kernels.compile_report` can compile it here, as for any kernel)."""
+        (so :func:`gpucourse.kernels.compile_report` can compile it here, as for any kernel, and a
+        kernel runner can load it)."""
         self.worker.ensure_started()
-        data = _result(self.name, self.worker.request(("kernel_source", self.name), self.item_deadline()))
-        try:
-            source = KernelSource.from_plain(data)
-            kernel_gate.check_definitions_only(source.text)
-        except ValueError as error:
-            raise _from_student(f"{self.name}: its source could not be checked ({error})") from None
-        return source
+        if self.name not in self.worker.sources:
+            data = _result(self.name, self.worker.request(("kernel_source", self.name), self.item_deadline()))
+            try:
+                source = KernelSource.from_plain(data)
+                kernel_gate.check_definitions_only(source.text)
+            except ValueError as error:
+                raise _from_student(f"{self.name}: its source could not be checked ({error})") from None
+            self.worker.sources[self.name] = source
+        return self.worker.sources[self.name]
 
     def check_compiles(self, args) -> None:
         """Compile the kernel for a real GPU with the launch's argument types, once per signature.
@@ -307,20 +329,24 @@ class StudentFunction:
 class KernelLaunch:
     """``kernel[blocks, threads]`` in a test, for a student's ``@cuda.jit`` kernel.
 
-    The launch runs in the student's worker on copies of the arguments; the arrays come back
-    afterwards and are written into the test's own arrays, so the test reads ``out`` after
-    ``kernel[grid, block](x, out)`` exactly as in the notebook.
+    The kernel's source is taken from the student's worker, checked to be nothing but
+    definitions, compiled for a real GPU (:meth:`StudentFunction.check_compiles`), and launched
+    in a kernel runner: a fresh process holding only that source, in numba's simulator on every
+    grader, with the test's observers (counts, traces) opened there. The student's other code
+    never ran in that process, so it cannot patch what is observed. The launch runs on copies
+    of the arguments; the arrays come back afterwards and are written into the test's own
+    arrays, so the test reads ``out`` after ``kernel[grid, block](x, out)`` as in the notebook.
     """
 
     def __init__(self, kernel: StudentFunction, config):
         self.kernel, self.config = kernel, config
 
     def __call__(self, *args):
-        worker = self.kernel.worker
-        worker.ensure_started()
+        source = self.kernel.__kernel_source__()
         self.kernel.check_compiles(args)
-        message = ("launch", self.kernel.name, self.config, worker.marshal(args), sim.open_kinds())
-        reply = _result(self.kernel.name, worker.request(message, self.kernel.item_deadline()))
+        runner = self.kernel.worker.kernel_runner(source)
+        message = ("launch", source.name, self.config, runner.marshal(args), sim.open_kinds())
+        reply = _result(self.kernel.name, runner.request(message, self.kernel.item_deadline()))
         if not isinstance(reply, dict) or not isinstance(reply.get("observed"), dict):
             raise StudentError(f"{self.kernel.name}: the launch did not report back")
         _copy_back(self.kernel.name, args, reply.get("arrays"))
@@ -410,6 +436,11 @@ def _rebuild(value):
     if isinstance(value, tuple):
         return tuple(_rebuild(item) for item in value)
     return value
+
+
+# A kernel runner's first cell: graded launches run in numba's simulator on every grader (a CPU
+# grader has no other choice), so traced and counted items give the same verdict everywhere.
+RUNNER_PREAMBLE = 'import os\nos.environ["NUMBA_ENABLE_CUDASIM"] = "1"\n'
 
 
 def _from_student(message: str) -> StudentError:

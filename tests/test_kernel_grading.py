@@ -39,6 +39,14 @@ VARIANTS_02 = {
     "no_bounds": ("bias_relu_kernel", (
         "@cuda.jit\ndef bias_relu_kernel(x, bias, out):\n    j, i = cuda.grid(2)\n    out[i, j] = max(x[i, j] + bias[j], 0.0)\n"
     ), "test_bias_relu", "IndexError"),
+    # Forged evidence: no atomics, and the student's process patches the counter to report millions.
+    # The launch runs in a kernel runner that holds only the kernel's source: the patch is not there.
+    "forged_counts": ("histogram_kernel", (
+        "from gpucourse.sim import observe as _observe\n_export = _observe.KernelCalls.export\n"
+        "_observe.KernelCalls.export = lambda self: {**_export(self), 'atomic.add': 10**6}\n\n"
+        "@cuda.jit\ndef histogram_kernel(values, bins):\n"
+        "    for i in range(cuda.grid(1), values.size, cuda.gridsize(1)):\n        bins[values[i]] += 1\n"
+    ), "test_histogram", "atomic addition per value"),
     # Runs in the simulator (a Python list in a kernel) but no GPU compiler accepts it: compiled by NVVM first.
     "simulator_only": ("saxpy_kernel", (
         "@cuda.jit\ndef saxpy_kernel(a, x, y, out):\n    done = []\n"
@@ -60,6 +68,11 @@ TRANSPOSE_HEAD = "@cuda.jit\ndef transpose_tiled(x, out):\n"
 VARIANTS_03 = {
     # Shared tile without padding: reading a column hits one bank 32 times.
     "unpadded": ("transpose_tiled", lambda given: given.replace("(TILE, TILE_PADDED)", "(TILE, TILE)"), "test_transpose_traced", "pad the tile"),
+    # Not a kernel at all: an object launched like one, which transposes on the host.
+    "not_a_kernel": ("transpose_tiled", (
+        "class _Pretend:\n    def __call__(self, *args):\n        pass\n\n    def __getitem__(self, config):\n"
+        "        def launch(x, out):\n            out[...] = x.T\n        return launch\n\ntranspose_tiled = _Pretend()\n"
+    ), ("test_transpose_correct", "test_transpose_traced"), "is not a numba kernel"),
     # The padded tile's shape as an expression: fine in the simulator, rejected by every GPU compiler.
     "shape_expression": ("transpose_tiled", lambda given: given.replace("(TILE, TILE_PADDED)", "(TILE, TILE + 1)"),
                          ("test_transpose_correct", "test_transpose_traced"), "cannot see as constant"),

@@ -80,10 +80,12 @@ def observing(kinds):
 
 
 def absorb(results: dict) -> None:
-    """Give what observers saw in another process to the open observers of the same kinds."""
+    """Give what observers saw in another process (a simulator) to the open observers of the same
+    kinds; they are then available even where this process runs kernels on a GPU."""
     for kind, data in results.items():
         for observer in open_observers(str(kind)):
             observer.absorb(data)
+            observer.available = True
 
 
 # -- counting intrinsics ---------------------------------------------------------------------
