@@ -116,16 +116,19 @@ class StudentWorker:
         own = [self.process.process.pid] if self.process is not None else []
         return own + [pid for runner in self.runners.values() for pid in runner.pids()]
 
-    def kernel_runner(self, source: KernelSource) -> StudentWorker:
-        """A fresh process holding only ``source`` (checked definitions), in numba's simulator, where
-        the tests' launches of that kernel run and are observed. The student's other code never ran
-        there, so what its observers count is evidence (the rule of docs/authoring.md, section 6)."""
-        runner = self.runners.get(source.digest)
+    def kernel_runner(self, source: KernelSource, simulated: bool) -> StudentWorker:
+        """A fresh process holding only ``source`` (checked definitions), where the tests' launches of
+        that kernel run: in numba's simulator when ``simulated`` (observed launches, and every launch
+        on a CPU grader), else on the grader's GPU. The student's other code never ran there, so what
+        its observers count is evidence (the rule of docs/authoring.md, section 6)."""
+        key = f"{'sim' if simulated else 'gpu'}-{source.digest[:16]}"
+        runner = self.runners.get(key)
         if runner is None:
-            folder = self.workdir.parent / f"{self.workdir.name}.kernel-{source.digest[:16]}"
+            folder = self.workdir.parent / f"{self.workdir.name}.kernel-{key}"
             folder.mkdir(exist_ok=True)
-            runner = StudentWorker([RUNNER_PREAMBLE, source.text], folder, self.limits, self.hidden_paths, self.clock, self.compiler_required)
-            self.runners[source.digest] = runner
+            preamble = SIMULATOR_PREAMBLE if simulated else GPU_PREAMBLE
+            runner = StudentWorker([preamble, source.text], folder, self.limits, self.hidden_paths, self.clock, self.compiler_required)
+            self.runners[key] = runner
         runner.ensure_started()
         return runner
 
@@ -331,8 +334,8 @@ class KernelLaunch:
 
     The kernel's source is taken from the student's worker, checked to be nothing but
     definitions, compiled for a real GPU (:meth:`StudentFunction.check_compiles`), and launched
-    in a kernel runner: a fresh process holding only that source, in numba's simulator on every
-    grader, with the test's observers (counts, traces) opened there. The student's other code
+    in a kernel runner: a fresh process holding only that source, with the test's observers
+    (counts, traces) opened there; observed launches are simulated on every grader. The student's other code
     never ran in that process, so it cannot patch what is observed. The launch runs on copies
     of the arguments; the arrays come back afterwards and are written into the test's own
     arrays, so the test reads ``out`` after ``kernel[grid, block](x, out)`` as in the notebook.
@@ -344,8 +347,11 @@ class KernelLaunch:
     def __call__(self, *args):
         source = self.kernel.__kernel_source__()
         self.kernel.check_compiles(args)
-        runner = self.kernel.worker.kernel_runner(source)
-        message = ("launch", source.name, self.config, runner.marshal(args), sim.open_kinds())
+        # Observed launches are simulated on every grader (so CPU and GPU graders count alike); the others
+        # run on the GPU where there is one (a million-thread launch checking lost updates, say).
+        observers = sim.open_kinds()
+        runner = self.kernel.worker.kernel_runner(source, simulated=bool(observers) or devices.device_class() != "cuda")
+        message = ("launch", source.name, self.config, runner.marshal(args), observers)
         reply = _result(self.kernel.name, runner.request(message, self.kernel.item_deadline()))
         if not isinstance(reply, dict) or not isinstance(reply.get("observed"), dict):
             raise StudentError(f"{self.kernel.name}: the launch did not report back")
@@ -438,9 +444,10 @@ def _rebuild(value):
     return value
 
 
-# A kernel runner's first cell: graded launches run in numba's simulator on every grader (a CPU
-# grader has no other choice), so traced and counted items give the same verdict everywhere.
-RUNNER_PREAMBLE = 'import os\nos.environ["NUMBA_ENABLE_CUDASIM"] = "1"\n'
+# A kernel runner's first cell, run before its kernel's source imports numba.cuda: observed launches
+# run in numba's simulator on every grader, so traced and counted items give the same verdict everywhere.
+SIMULATOR_PREAMBLE = 'import os\nos.environ["NUMBA_ENABLE_CUDASIM"] = "1"\n'
+GPU_PREAMBLE = "from gpucourse import kernels\nkernels.use_gpu_or_simulator(verbose=False)\n"
 
 
 def _from_student(message: str) -> StudentError:
