@@ -108,6 +108,7 @@ def notebook_from_source(source: Path, root: Path | None = None) -> nbformat.Not
             counters[cell.cell_type] += 1
             cell.id = f"{cell.cell_type}-{counters[cell.cell_type]:02d}"
         check_tags(cell, where)
+        check_speed_items(cell, where)
         if cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None
@@ -160,6 +161,24 @@ def check_tags(cell, where: str) -> None:
                 f"so a CPU grader would skip its GPU part and give full marks: add tags=[\"{REQUIRES_GPU}\"] to its # %% header "
                 "(if the cell also grades work a CPU can check, move the GPU part into a graded cell of its own and tag that one)"
             )
+
+
+def check_speed_items(cell, where: str) -> None:
+    """A graded test cell that times with ``compare_speed`` must pass ``check=``: without it the
+    timed outputs are never checked, and code that skips the work at the timed size would pass.
+    (Whether the check covers the *whole* output is the author's duty: docs/authoring.md, section 4.)"""
+    if not is_test(cell):
+        return
+    try:
+        tree = ast.parse(cell.source)
+    except SyntaxError:
+        return  # reported where the cell runs
+    for node in ast.walk(tree):
+        function = node.func if isinstance(node, ast.Call) else None
+        name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", None)
+        if name == "compare_speed" and not any(keyword.arg == "check" for keyword in node.keywords):
+            raise BuildError(f"{where}: compare_speed on line {node.lineno} has no check=: every timed output must be checked "
+                             "(a function of (inputs, output) that raises when the output is wrong)")
 
 
 def gpu_uses(code: str, where: str = "cell") -> list[str]:

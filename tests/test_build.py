@@ -252,3 +252,14 @@ def test_every_committed_notebook_names_its_existing_source(repo_root):
             assert named["generated"].startswith(f"generated from {named['source']} by make build"), named
         else:
             assert named["generated"] == "do not edit: run make build", named
+
+
+def test_a_speed_item_must_check_its_timed_outputs(tmp_path):
+    """compare_speed without check= in a graded cell: the outputs would never be checked, so code that skips
+    the work at the timed size would pass. The build refuses it; with check= it builds."""
+    unchecked = f"{GRADED}\nresult = timing.compare_speed(slow, fast, make_inputs)"
+    message = _build_error(tmp_path, SETUP, unchecked)
+    assert "cell 2: compare_speed on line 1 has no check=" in message and "every timed output must be checked" in message
+    (tmp_path / "ok").mkdir()
+    notebook, _ = _build_cells(tmp_path / "ok", SETUP, f"{GRADED}\nresult = timing.compare_speed(slow, fast, make_inputs, check=verify)")
+    assert "check=verify" in notebook.cells[1].source
