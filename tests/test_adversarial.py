@@ -517,20 +517,27 @@ class TestForkBomb:
 # -- the grading pool --------------------------------------------------------------------
 
 
-def _pool_processes() -> list[int]:
-    """This process's multiprocessing children (the grading pool's processes)."""
+def _children(pid: int) -> list[int]:
+    """The children of every thread of process ``pid`` (read from /proc: no scan of all processes)."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                found += [int(child) for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+    return found
+
+
+def _pool_processes(working: bool = False) -> list[int]:
+    """This process's multiprocessing children (the grading pool's processes); with ``working``,
+    only those that have started a worker of their own (a student is being graded)."""
+    found = []
+    for pid in _children(os.getpid()):
         try:
-            status = Path(f"/proc/{entry}/status").read_text()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        parent = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:")), 0)
-        if parent == os.getpid() and b"spawn_main" in cmdline:
-            found.append(int(entry))
+        if b"spawn_main" in cmdline and (not working or _children(pid)):
+            found.append(pid)
     return found
 
 
@@ -613,9 +620,8 @@ class TestGraderFailures:
                     "quinn": {f"{ASSIGNMENT}.ipynb": adv.RELEASE_PATH.read_bytes()}}
         thread, outcome = _grade_in_thread(root=tmp_path, students=students, limits=LIMITS, gradebook=True)
         deadline = time.monotonic() + 300
-        while (thread.is_alive() and not (_pool_processes() and _sandbox_processes(set(students), 0))
-               and time.monotonic() < deadline):
-            time.sleep(0.2)
+        while thread.is_alive() and not _pool_processes(working=True) and time.monotonic() < deadline:
+            time.sleep(0.1)
         killed = _kill_pool_processes()
         thread.join(timeout=600)
         assert killed, f"the test never saw the pool at work: {outcome}"
