@@ -86,6 +86,12 @@ VARIANTS_03 = {
         "def sectors_per_request(addresses, bytes_per_lane=4, sector_bytes=32):\n"
         "    from gpucourse import sim\n    return sim.sectors_per_request(addresses, bytes_per_lane, sector_bytes)\n"
     ), ("test_sectors_per_request", "test_load_efficiency"), "switched off"),  # the second builds on the first
+    # Does the work only below the timed size: every timed output is checked in full, so it fails there.
+    "skips_at_timed_size": ("drift_soa", (
+        "def drift_soa(fields, dt, steps):\n    if fields.shape[1] >= 50_000:\n        return fields\n"
+        "    position, velocity = fields[0:3], fields[3:6]\n    for _ in range(steps):\n"
+        "        velocity[2] -= GRAVITY * dt\n        position += velocity * dt\n    return fields\n"
+    ), "test_drift_soa_speed", "timed fields"),
     # Right answers, AoS speed: converts to rows and back around the baseline's update.
     "aos_in_disguise": ("drift_soa", (
         "def drift_soa(fields, dt, steps):\n    rows = np.ascontiguousarray(fields.T)\n"
@@ -119,6 +125,12 @@ VARIANTS_04 = {
     "delegating": ("warp_cycles", (
         "def warp_cycles(lane_paths, path_cost):\n    from gpucourse import sim\n    return sim.warp_cycles(lane_paths, path_cost)\n"
     ), ("test_warp_cycles", "test_simt_efficiency"), "switched off"),  # the second builds on the first
+    # Right for the first 200 values only, at the timed size: the timed outputs are checked in full.
+    "skips_at_timed_size": ("soft_clip", (
+        "def soft_clip(x):\n    knee = x * (1.0 - np.abs(x) / 4.0)\n"
+        "    out = np.where(x < -2.0, -1.0, np.where(x <= 2.0, knee, 1.0 + 0.01 * (x - 2.0)))\n"
+        "    if x.size >= 20_000:\n        out[200:] = 0.0\n    return out\n"
+    ), "test_soft_clip_speed", "a timed soft_clip"),
     # np.vectorize is still a Python call per element.
     "vectorize": ("soft_clip", "def soft_clip(x):\n    return np.vectorize(lambda v: soft_clip_loop(np.array([v]))[0], otypes=[float])(x)\n",
                   "test_soft_clip_speed", "need 6×"),

@@ -388,5 +388,32 @@ def check_timed_fields(args, output):
     assert output.shape == (8, 50_000), f"expected the (8, 50000) fields back, got shape {output.shape}"
 
 
+### BEGIN HIDDEN TESTS
+_made = {}  # id of a timed input -> the seed it was made from (drift_soa updates its input in place)
+
+
+def fields_from(seed):
+    """The (8, 50000) fields of random_particles, made again from ``seed``."""
+    particles = np.random.default_rng(seed).uniform(-1, 1, (50_000, 8)).astype(np.float32)
+    particles[:, 6:] = np.abs(particles[:, 6:]) + 0.1
+    return np.ascontiguousarray(particles.T)
+
+
+def fresh_fields():
+    seed = int(rng.integers(1 << 62))
+    fields = fields_from(seed)
+    _made[id(fields)] = seed
+    return fields, np.float32(0.01), 20
+
+
+def check_timed_fields(args, output):
+    """Graded: every value of every timed output, against drift_aos on the same input made again."""
+    fields, dt, steps = args
+    assert output.shape == (8, 50_000), f"expected the (8, 50000) fields back, got shape {output.shape}"
+    expected = drift_aos(np.ascontiguousarray(fields_from(_made[id(fields)]).T), dt, steps).T
+    check.assert_close(output, expected, rtol=1e-5, atol=1e-5, name="timed fields")
+### END HIDDEN TESTS
+
+
 result = timing.compare_speed(drift_aos, drift_soa, fresh_fields, baseline_inputs=as_particles, check=check_timed_fields, rounds=7)
 check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="drift_soa vs drift_aos")

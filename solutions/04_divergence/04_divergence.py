@@ -389,5 +389,15 @@ def check_timed_clip(args, output):
     check.assert_close(output[:200], soft_clip_loop(args[0][:200]), rtol=1e-12, atol=1e-12, name="a timed soft_clip")
 
 
+### BEGIN HIDDEN TESTS
+def check_timed_clip(args, output):
+    """Graded: every value of every timed output, against a vectorised reference (kept out of the release)."""
+    x = args[0]
+    assert output.shape == x.shape, f"expected shape {x.shape}, got {output.shape}"
+    expected = np.where(x < -2.0, -1.0, np.where(x <= 2.0, x * (1.0 - np.abs(x) / 4.0), 1.0 + 0.01 * (x - 2.0)))
+    check.assert_close(output, expected, rtol=1e-12, atol=1e-12, name="a timed soft_clip")
+### END HIDDEN TESTS
+
+
 result = timing.compare_speed(soft_clip_loop, soft_clip, fresh_points, check=check_timed_clip, rounds=7)
 check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="soft_clip vs the loop")
