@@ -84,11 +84,8 @@ def _check_statement(statement: ast.stmt, bound: dict[str, str]) -> None:
 
 def _is_constant(node: ast.expr, bound: dict[str, str]) -> bool:
     """A literal, float('inf')-style, a numpy scalar (class or value) or a numba type."""
-    try:
-        ast.literal_eval(node)
+    if _is_literal(node):
         return True
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        pass
     if isinstance(node, ast.Tuple):
         return all(_is_constant(item, bound) for item in node.elts)
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):

@@ -89,11 +89,19 @@ class WorkerProcess:
 
 
 def _children(pid: int) -> list[int]:
+    """The children of every thread of process ``pid`` (a child started from another thread counts too)."""
+    found = []
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as handle:
-            return [int(child) for child in handle.read().split()]
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return []
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as handle:
+                found += [int(child) for child in handle.read().split()]
+        except OSError:
+            continue
+    return found
 
 
 def _signal(pid: int, signal_number: int) -> None:

@@ -517,26 +517,16 @@ class TestForkBomb:
 # -- the grading pool --------------------------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    """The children of every thread of process ``pid`` (read from /proc: no scan of all processes)."""
-    found = []
-    with contextlib.suppress(OSError):
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError):
-                found += [int(child) for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
-    return found
-
-
 def _pool_processes(working: bool = False) -> list[int]:
     """This process's multiprocessing children (the grading pool's processes); with ``working``,
     only those that have started a worker of their own (a student is being graded)."""
     found = []
-    for pid in _children(os.getpid()):
+    for pid in sandbox._children(os.getpid()):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"spawn_main" in cmdline and (not working or _children(pid)):
+        if b"spawn_main" in cmdline and (not working or sandbox._children(pid)):
             found.append(pid)
     return found
 
