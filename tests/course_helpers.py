@@ -8,11 +8,13 @@ without editing a test: the tests parametrise over :data:`ASSIGNMENTS` and :data
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
 import re
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,14 +103,35 @@ def facts(assignment: str) -> Facts:
 # --- Scratch courses ---------------------------------------------------------------------------
 
 
-def make_course(target: Path, assignment: str, *, root: Path = REPO_ROOT) -> Path:
-    """A course folder holding just ``assignment`` (source and release) and the nbgrader config."""
+def make_course(target: Path, assignment: str, *, root: Path = REPO_ROOT, released: bool = True) -> Path:
+    """A course folder holding just ``assignment`` (source and release) and the nbgrader config.
+
+    ``released``: with a ``gradebook.db`` in which nbgrader has already released the assignment,
+    copied from :func:`released_gradebook` (releasing takes nbgrader about 9 s); without it the
+    grader releases the assignment itself on its first grading, as in a new course.
+    """
     target = Path(target)
     target.mkdir(parents=True, exist_ok=True)
     shutil.copy2(root / "nbgrader_config.py", target / "nbgrader_config.py")
     for folder in ("solutions", "assignments"):
         shutil.copytree(root / folder / assignment, target / folder / assignment)
+    if released:
+        shutil.copy2(released_gradebook(assignment, root), target / "gradebook.db")
     return target
+
+
+@functools.cache
+def released_gradebook(assignment: str, root: Path = REPO_ROOT) -> Path:
+    """A gradebook in which nbgrader has released ``assignment``, made once per test process
+    in a scratch course (removed when the process exits)."""
+    from autograder.build import release_assignment
+
+    scratch = Path(tempfile.mkdtemp(prefix=f"released-{assignment}-"))
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    shutil.copy2(root / "nbgrader_config.py", scratch / "nbgrader_config.py")
+    shutil.copytree(root / "solutions" / assignment, scratch / "solutions" / assignment)
+    release_assignment(scratch, assignment)
+    return scratch / "gradebook.db"
 
 
 def make_submissions(target: Path, students: dict[str, str], assignment: str, *, root: Path = REPO_ROOT) -> Path:
@@ -119,14 +142,6 @@ def make_submissions(target: Path, students: dict[str, str], assignment: str, *,
         (target / student).mkdir(parents=True)
         shutil.copy2(root / origin / assignment / f"{assignment}.ipynb", target / student / f"{assignment}.ipynb")
     return target
-
-
-def with_answer(notebook: Path | nbformat.NotebookNode, grade_id: str, code: str) -> nbformat.NotebookNode:
-    """``notebook`` with the cell ``grade_id`` holding ``code``, as a student might write it."""
-    notebook = nbformat.read(notebook, as_version=4) if isinstance(notebook, (str, Path)) else notebook
-    [cell] = [cell for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
-    cell.source = code
-    return notebook
 
 
 def execute_notebook(notebook: nbformat.NotebookNode, workdir: Path, timeout: int = 600, **options) -> nbformat.NotebookNode:

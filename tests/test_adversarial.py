@@ -78,9 +78,10 @@ class Run:
     extra: dict = field(default_factory=dict)
 
 
-def make_course(root: Path) -> Path:
-    """A scratch course: the nbgrader config, the module's source and its release."""
-    return course_helpers.make_course(root / "course", ASSIGNMENT)
+def make_course(root: Path, *, released: bool = True) -> Path:
+    """A scratch course: the nbgrader config, the module's source and its release (see
+    :func:`course_helpers.make_course` for ``released``)."""
+    return course_helpers.make_course(root / "course", ASSIGNMENT, released=released)
 
 
 def grade(root: Path, students: dict[str, dict[str, bytes]] | None, *, limits=LIMITS, jobs=2, gradebook=True, course=None, submissions=None) -> Run:
@@ -88,7 +89,7 @@ def grade(root: Path, students: dict[str, dict[str, bytes]] | None, *, limits=LI
 
     ``submissions``: an already prepared folder, instead of one written from ``students``.
     """
-    course = course or make_course(root)
+    course = course or make_course(root, released=gradebook)
     submissions = submissions or adv.write_submissions(root / "submissions", students)
     names = {entry.name for entry in submissions.iterdir()} | {entry.stem for entry in submissions.iterdir()}
     names |= {name.split("_")[0] for name in names}
@@ -586,7 +587,7 @@ class TestGraderFailures:
 
         if not MEMORY_CAPPED:
             pytest.skip("no address-space cap on a CUDA grader")
-        course = make_course(tmp_path)
+        course = make_course(tmp_path, released=False)
         submissions = adv.write_submissions(tmp_path / "subs", {
             "ann": {f"{ASSIGNMENT}.ipynb": adv.notebook_bytes(adv.reference())},
             "bob": {f"{ASSIGNMENT}.ipynb": adv.RELEASE_PATH.read_bytes()},
@@ -636,7 +637,7 @@ def busy_run(tmp_path_factory):
     """Graded with tight limits (``HANG_LIMITS``) while two busy processes and the rest of the test
     suite compete for this machine's cores."""
     root = tmp_path_factory.mktemp("busy")
-    course = make_course(root)
+    course = make_course(root, released=False)  # graded without a gradebook
     students = {name: files for name, files in adv.variants(course, root / "submissions").items() if name in BUSY_STUDENTS}
     students.update(adv.hanging_variants())
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
@@ -704,7 +705,7 @@ class TestRegrade:
     def test_unknown_student_or_item_is_refused(self, tmp_path, capsys):
         from autograder import cli
 
-        course = make_course(tmp_path)
+        course = make_course(tmp_path, released=False)
         submissions = adv.write_submissions(tmp_path / "subs", {"ann": {f"{ASSIGNMENT}.ipynb": adv.RELEASE_PATH.read_bytes()}})
         assert cli.main(["--course", str(course), "grade", ASSIGNMENT, str(submissions), "--student", "zoe"]) == 1
         assert "no submission from zoe" in capsys.readouterr().err
@@ -723,7 +724,8 @@ class TestLayouts:
         flat.mkdir()
         for name in ("john_doe.ipynb", "john_smith.ipynb", "mary.ipynb"):
             shutil.copy2(adv.RELEASE_PATH, flat / name)
-        run = grade(tmp_path, None, submissions=flat, jobs=2)
+        # A new course: the grader releases the assignment into its fresh gradebook first.
+        run = grade(tmp_path, None, submissions=flat, jobs=2, course=make_course(tmp_path, released=False))
         assert len(run.reports) == 3, f"three notebooks, reports for {sorted(run.reports)}"
         for report in run.reports.values():
             check_items(report, expect(**{grade_id: FAILED for grade_id in ITEMS}))

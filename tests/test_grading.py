@@ -16,25 +16,13 @@ from course_helpers import (
     executed_seconds,
     facts,
     keep_executed,
-    on_gpu,
     one_class_per_module,
     output_errors,
     release,
     source,
-    with_answer,
 )
 
 pytestmark = pytest.mark.slow
-
-# Module 01 answers that are correct but differ in speed: the speed item must tell them apart.
-SPEED_VARIANTS = {
-    "01_gpu_basics": {
-        "cell": "pairwise_sq_dists",
-        "broadcasting": "def pairwise_sq_dists(x, y):\n    return ((x[:, None, :] - y[None, :, :]) ** 2).sum(dim=-1)\n",
-        "loop": "def pairwise_sq_dists(x, y):\n    return pairwise_sq_dists_loop(x, y)\n",
-        "loop_message": {"cpu": "need 4×", "cuda": "need 10×"},  # the speed item's threshold per device class
-    },
-}
 
 
 class RoundTrip:
@@ -48,12 +36,6 @@ class RoundTrip:
         """(course folder, scores per student and grade_id) of one nbgrader autograde run."""
         assignment = cls.module
         submissions = {"reference": source(assignment), "untouched": release(assignment)}
-        variants = SPEED_VARIANTS.get(assignment)
-        if variants:
-            scratch = tmp_path_factory.mktemp("answers")
-            for name in ("broadcasting", "loop"):
-                nbformat.write(with_answer(source(assignment), variants["cell"], variants[name]), scratch / f"{name}.ipynb")
-                submissions[name] = scratch / f"{name}.ipynb"
         course = tmp_path_factory.mktemp(assignment)
         return course, autograde(assignment, submissions, course)
 
@@ -94,17 +76,6 @@ class RoundTrip:
         manual = [item for item in graded["reference"].values() if not item.autograded]
         assert {item.grade_id for item in manual} == set(facts(self.module).manual)
         assert all(item.score == 0 for item in manual)  # nbgrader leaves them ungraded until a person grades them
-
-    def test_speed_item_separates_fast_and_slow_correct_answers(self, graded):
-        if self.module not in SPEED_VARIANTS:
-            pytest.skip(f"no fast and slow variants for {self.module}")
-        points = facts(self.module).points
-        scores = {student: {item.grade_id: item.score for item in graded[student].values()} for student in ("broadcasting", "loop")}
-        assert scores["broadcasting"]["test_pairwise_correct"] == points["test_pairwise_correct"] > 0
-        assert scores["broadcasting"]["test_pairwise_speed"] == points["test_pairwise_speed"] > 0
-        assert scores["loop"]["test_pairwise_correct"] == points["test_pairwise_correct"], "the loop is correct and earns the correctness points"
-        assert scores["loop"]["test_pairwise_speed"] == 0, "the loop itself must not pass the speed item"
-        assert SPEED_VARIANTS[self.module]["loop_message"]["cuda" if on_gpu() else "cpu"] in graded["loop"]["test_pairwise_speed"].message
 
 
 one_class_per_module(RoundTrip, ASSIGNMENTS, globals())
