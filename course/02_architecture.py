@@ -542,6 +542,8 @@ for name, report in compiled.items():
 # The occupancy calculator of section 5 takes a compiled kernel too: `widgets.occupancy_calculator(report=compiled["add_vectors"])` starts it at that kernel's registers and shared memory.
 # Try it: how many registers per thread could the kernel use before a T4 holds fewer warps?
 # The registers are those compiled for `sm_75`; `compile_report(..., gpu="H100")` gives that card's, which can differ, since each architecture gets its own machine code.
+# The programmer can also set that number from the other side: in CUDA C++, `__launch_bounds__(maxThreadsPerBlock, minBlocksPerMultiprocessor)` asks the compiler to keep each thread's registers low enough for that many blocks of that size to fit on an SM (numba-cuda: `@cuda.jit(launch_bounds=(256, 4))`).
+# What does not fit in that budget is spilled to local memory, which lives in DRAM behind the caches, so a tight budget can cost more than the occupancy it buys.
 
 # %% [markdown]
 # On a GPU, numba compiles each kernel at its first launch for the GPU present, and `kernels.kernel_resources(kernel)` reads the figures it got.
@@ -585,5 +587,5 @@ else:
 # - Occupancy, the fraction of warp slots in use, is limited by warps, blocks, registers and shared memory; it hides latency, but more of it does not help once there is enough work in flight.
 # - NVIDIA's compiler runs without a GPU: `kernels.compile_report` gives a kernel's real registers and shared memory for any architecture, and flags what the simulator cannot see, such as float64 arithmetic.
 #
-# Next: the graded assignment `assignments/02_architecture/02_architecture.ipynb`, where you write your own kernels (grid-stride, 2D, a block reduction, a histogram) and an occupancy calculator.
+# Next: the graded assignment `assignments/02_architecture/02_architecture.ipynb`, where you write your own kernels (grid-stride, 2D, a block reduction, a histogram) and work out a register budget under `__launch_bounds__`.
 # Then module 03, coalescing: how the addresses a warp touches together decide how fast global memory serves it.

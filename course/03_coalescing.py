@@ -357,6 +357,8 @@ plt.show()
 # Transposing a matrix reads rows and writes columns, so one of the two is always strided: the classic test of everything above.
 # We transpose an R × C `float32` matrix `a` into `out` (C × R) with one thread per element, in square blocks of TILE × TILE threads.
 # As in lecture 02, x runs along columns, so the 32 lanes of a warp have consecutive `threadIdx.x`.
+# In a 2-D block the threads are numbered x first: thread (tx, ty) of a block `block_x` threads wide has the linear id tx + ty · block_x, and each warp is 32 consecutive ids (0-31, 32-63, ...).
+# A block whose size is not a multiple of 32 ends with a partial warp, whose missing lanes sit idle.
 #
 # We use TILE = 32 on every machine (why, at the end of this section), so a block has 1024 threads and one warp is one row of the block.
 # To keep the kernels short, the matrix's sides are multiples of the tile; a transpose for **any** shape, with blocks of 32 × 8 threads that each copy several rows, is the graded assignment.
@@ -642,5 +644,5 @@ plt.show()
 # - Lay data out for how kernels read it: structure of arrays when kernels use some fields of many records.
 # - Counting sectors and bank conflicts needs no GPU: the tracer counts them in the simulator, and a GPU confirms them in GB/s.
 #
-# Next: the graded assignment `assignments/03_coalescing/03_coalescing.ipynb`, where you write the sector, efficiency and bank-conflict models yourself, a tiled transpose for any shape, and a structure-of-arrays particle update on the CPU.
+# Next: the graded assignment `assignments/03_coalescing/03_coalescing.ipynb`, where you apply the sector, efficiency and bank-conflict models to whole 2-D blocks (which warps they form and what each warp reads), write a tiled transpose for any shape and a structure-of-arrays particle update on the CPU.
 # Then module 04, divergence: what happens when the 32 lanes of a warp do not agree on which way a branch goes.

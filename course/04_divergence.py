@@ -295,6 +295,10 @@ if compiled:
 # - keep the data where it is and give the kernel the order: thread `i` handles element `order[i]` (a *gather*);
 # - move the data itself into that order once, and run the plain kernel on it.
 #
+# **Loops decide per lane too.**
+# A loop whose trip count comes from the data (the iterations of a Mandelbrot pixel, the bounces of a ray, a `while` over per-element work) is a branch taken again at every iteration: lanes with work left run the body once more, lanes that have finished are masked off, and the warp keeps issuing the body until its longest lane finishes.
+# So a warp pays for its longest lane's iterations, however few the others need, and the cure is the same: sort or bin the work by trip count, so that lanes of similar counts share a warp.
+#
 # The same idea appears at a larger scale in deep learning: bucketing sequences by length so that a batch does similar work, or sorting tokens by expert in a mixture-of-experts layer.
 
 # %%
@@ -732,9 +736,9 @@ plt.show()
 # - A warp issues one instruction for all its lanes; at a divergent branch it runs every path some lane takes, with the others masked, so it pays the **sum** of the paths. SIMT efficiency measures the share of lanes doing useful work.
 # - Divergence is per warp: a condition that is the same for 32 consecutive threads (`(i // 32) % 2`) costs nothing extra, one that alternates (`i % 2`) costs every path in every warp.
 # - Short branches are predicated, not taken: both sides run and a select keeps one, on GPUs and CPUs alike. Rewrite only long, divergent paths.
-# - When the data decides, group the work so that warps agree: partition or sort first, and prefer moving the data once over gathering it through an index, which breaks coalescing.
+# - When the data decides (a branch, or a loop's trip count: a warp runs until its longest lane is done), group the work so that warps agree: partition or sort first, and prefer moving the data once over gathering it through an index, which breaks coalescing.
 # - In a shared-memory reduction, the addressing decides everything: interleaved with `t % (2s)` diverges, the strided index causes bank conflicts, sequential addressing has neither; warp shuffles finish the last 32 values without shared memory or barriers.
 # - On a CPU a data-dependent branch costs mispredictions on unordered data; branch-free code (selects, masks, `np.where`) runs at the same speed whatever the data.
 #
-# Next: the graded assignment `assignments/04_divergence/04_divergence.ipynb`, where you model SIMT efficiency, rewrite a divergent kernel into a warp-uniform one, and write a complete reduction of an array of any length.
+# Next: the graded assignment `assignments/04_divergence/04_divergence.ipynb`, where you extend the SIMT model to loops whose trip count differs from lane to lane, rewrite a divergent kernel into a warp-uniform one, and write a complete reduction of an array of any length.
 # Then module 05, streams: overlapping copies to and from the GPU with computation, so that the GPU never waits for data.

@@ -7,11 +7,7 @@ measured ratio against the required one, for the device class they ran on.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import math
-import sys
-import types
 
 import numpy as np
 import torch
@@ -97,53 +93,3 @@ def assert_float32_only(kernel, *args, gpu: str = "A100", name: str | None = Non
         lines = "; ".join(str(line) for line in report.float64_lines()) or "lines unknown"
         raise AssertionError(f"{name} computes in float64 ({report.float64_instructions} PTX instructions for {report.arch}): {lines}. "
                              "Write float32 constants (np.float32(0.5), as a module constant) so the arithmetic stays float32.")
-
-
-_FORBIDDEN: list[str] = []  # modules switched off by the enclosing ``forbidden`` blocks
-
-
-def _switched_off(*args, **kwargs):
-    raise RuntimeError("this course helper is switched off in this test: the exercise asks for your own code, "
-                       "not a call to the package's version")
-
-
-def forbidden_modules() -> tuple[str, ...]:
-    """The modules an enclosing :func:`forbidden` block has switched off (the autograder
-    passes them on to the student's worker)."""
-    return tuple(_FORBIDDEN)
-
-
-def _functions_of(package: str) -> list[types.FunctionType]:
-    """Every plain function defined in a module or a package's modules (methods excepted)."""
-    functions = {}
-    for name, module in list(sys.modules.items()):
-        if module is None or not (name == package or name.startswith(package + ".")):
-            continue
-        for value in vars(module).values():
-            if isinstance(value, types.FunctionType) and value.__module__ == name and not value.__code__.co_freevars:
-                functions[id(value)] = value
-    return list(functions.values())
-
-
-@contextlib.contextmanager
-def forbidden(*module_names: str):
-    """Within the block, every function of these modules (and of their submodules) raises instead of running.
-
-    A hidden test uses it to make sure an answer stands on its own, e.g. that a student's
-    ``occupancy`` does not just call ``gpucourse.sim.occupancy``. The functions' code is
-    swapped, so a reference taken earlier (``from gpucourse.sim import occupancy``) is
-    switched off too.
-    """
-    saved = []
-    try:
-        for module_name in module_names:
-            importlib.import_module(module_name)
-            for function in _functions_of(module_name):
-                saved.append((function, function.__code__))
-                function.__code__ = _switched_off.__code__
-        _FORBIDDEN.extend(module_names)
-        yield
-    finally:
-        del _FORBIDDEN[len(_FORBIDDEN) - len(module_names):]
-        for function, code in saved:
-            function.__code__ = code

@@ -70,3 +70,16 @@ def warp_uniform(x, out):
         out[i] = x[i] * 2
     else:
         out[i] = x[i] + 1
+
+
+@cuda.jit
+def even_odd_padded(x, out, busywork):
+    """even_odd with uniform busywork first: every lane loads x coalesced ``busywork`` times."""
+    i = cuda.grid(1)
+    acc = x[i]
+    for _ in range(busywork):
+        acc = x[i]
+    if i % 2 == 0:
+        out[i] = acc * 2
+    else:
+        out[i] = acc + 1

@@ -84,29 +84,3 @@ def test_assert_close_compares_numpy_arrays():
         check.assert_close(np.array([1.0, 3.0]), np.array([1.0, 2.0]))
     with pytest.raises(AssertionError, match="expected dtype"):
         check.assert_close(np.array([1, 2]), np.array([1.0, 2.0]))
-
-
-def test_forbidden_switches_a_module_off_and_back_on():
-    from gpucourse import sim
-    from gpucourse.sim import occupancy as taken_earlier
-
-    assert check.forbidden_modules() == ()
-    with check.forbidden("gpucourse.sim"):
-        assert check.forbidden_modules() == ("gpucourse.sim",)
-        for call in (lambda: sim.occupancy("T4", 128), lambda: taken_earlier("T4", 128)):
-            with pytest.raises(RuntimeError, match="switched off"):
-                call()
-        with check.forbidden("gpucourse.timing"):
-            assert check.forbidden_modules() == ("gpucourse.sim", "gpucourse.timing")
-        assert check.forbidden_modules() == ("gpucourse.sim",)
-    assert check.forbidden_modules() == ()
-    assert taken_earlier("T4", 128).blocks_per_sm == 8
-
-
-def test_forbidden_restores_even_when_the_block_raises():
-    from gpucourse import sim
-
-    with pytest.raises(KeyError):
-        with check.forbidden("gpucourse.sim"):
-            raise KeyError("boom")
-    assert sim.occupancy("A100", 1024).active_warps == 64

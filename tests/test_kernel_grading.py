@@ -1,7 +1,8 @@
 """The trusted grader on the kernel modules: kernels launched in the student's worker, graded outside it.
 
-Each variant is a plausible wrong answer that passes some visible checks; the grader must
-find exactly the item it breaks, and say why. The reference solution and the untouched release
+Each variant is a plausible wrong answer that passes some visible checks (the grader must find
+exactly the items it breaks, and say why) or a correct answer written differently from the
+reference (it must keep every point). The reference solution and the untouched release
 of every module are graded in test_autograder_cli.py (once, through the instructor's CLI).
 """
 
@@ -14,12 +15,18 @@ from course_helpers import one_class_per_module, source
 pytestmark = pytest.mark.slow
 
 VARIANTS_02 = {
-    # The package's calculator called instead of written: the hidden test switches it off.
-    "delegating": ("occupancy", (
-        "def occupancy(gpu, threads_per_block, registers_per_thread, shared_mem_per_block):\n"
-        "    from gpucourse.sim import occupancy as calc\n"
-        "    return calc(gpu, threads_per_block, registers_per_thread, shared_mem_per_block)\n"
-    ), "test_occupancy", "switched off"),
+    # A forward model of its own, searched down from the cap, that forgets to hand registers to warps in groups of 4:
+    # right whenever the blocks' warps are a multiple of 4 (every visible case), too generous otherwise.
+    "forward_model": ("register_budget", (
+        "def register_budget(gpu, threads_per_block, blocks_per_sm):\n    limits = gpu_specs.sm_limits(gpu)\n"
+        "    warps = math.ceil(threads_per_block / 32)\n"
+        "    if not 1 <= threads_per_block <= limits.max_threads_per_block:\n        raise ValueError('threads_per_block out of range')\n"
+        "    if not 1 <= blocks_per_sm <= limits.max_blocks_per_sm or blocks_per_sm * warps > limits.max_warps_per_sm:\n"
+        "        raise ValueError('these blocks cannot be resident on one SM')\n"
+        "    for registers in range(limits.max_registers_per_thread, 0, -1):\n"
+        "        per_warp = math.ceil(registers * 32 / 256) * 256\n"
+        "        if limits.registers_per_sm // per_warp // warps >= blocks_per_sm:\n            return registers\n"
+    ), "test_register_budget", "register_budget('8.0', 96, 3): expected 168, got 224"),
     # Right counts in the simulator, lost updates on a GPU: the atomic additions are counted.
     "no_atomics": ("histogram_kernel", (
         "@cuda.jit\ndef histogram_kernel(values, bins):\n"
@@ -52,15 +59,20 @@ VARIANTS_02 = {
         "@cuda.jit\ndef saxpy_kernel(a, x, y, out):\n    done = []\n"
         "    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):\n        out[i] = a * x[i] + y[i]\n        done.append(i)\n"
     ), "test_saxpy", "would not compile for a GPU"),
-    # An occupancy answer as a dataclass with a property: a valid answer the grader must read.
-    "dataclass": ("occupancy", (
-        "from dataclasses import dataclass\n\n_reference = occupancy\n\n@dataclass\nclass Result:\n"
-        "    blocks_per_sm: int\n    active_warps: int\n    max_warps: int\n    limiter: str\n\n"
-        "    @property\n    def occupancy(self):\n        return self.active_warps / self.max_warps\n\n"
-        "def occupancy(gpu, threads_per_block, registers_per_thread, shared_mem_per_block):\n"
-        "    r = _reference(gpu, threads_per_block, registers_per_thread, shared_mem_per_block)\n"
-        "    return Result(r.blocks_per_sm, r.active_warps, gpu_specs.sm_limits(gpu).max_warps_per_sm, r.limiter)\n"
-    ), None, None),
+    # Honest: the budget found by searching down from the cap with the lecture's calculator (the package used as a
+    # building block); full marks on the register budget and on the launch choice that builds on it.
+    "brute_force": ("register_budget", (
+        "def register_budget(gpu, threads_per_block, blocks_per_sm):\n    limits = gpu_specs.sm_limits(gpu)\n"
+        "    if not 1 <= threads_per_block <= limits.max_threads_per_block:\n"
+        "        raise ValueError(f'threads_per_block must be 1..{limits.max_threads_per_block}, got {threads_per_block}')\n"
+        "    if not 1 <= blocks_per_sm <= limits.max_blocks_per_sm:\n"
+        "        raise ValueError(f'blocks_per_sm must be 1..{limits.max_blocks_per_sm}, got {blocks_per_sm}')\n"
+        "    if blocks_per_sm * math.ceil(threads_per_block / 32) > limits.max_warps_per_sm:\n"
+        "        raise ValueError(f'more than max_warps_per_sm ({limits.max_warps_per_sm}) warps')\n"
+        "    for registers in range(limits.max_registers_per_thread, 0, -1):\n"
+        "        if sim.occupancy(gpu, threads_per_block, registers).blocks_by['registers'] >= blocks_per_sm:\n"
+        "            return registers\n"
+    ), ("test_register_budget", "test_launch_choice"), None),
 }
 
 
@@ -81,11 +93,25 @@ VARIANTS_03 = {
         "    col = cuda.blockIdx.x * TILE + cuda.threadIdx.x\n    for k in range(0, TILE, BLOCK_ROWS):\n"
         "        row = cuda.blockIdx.y * TILE + cuda.threadIdx.y + k\n"
         "        if row < x.shape[0] and col < x.shape[1]:\n            out[col, row] = x[row, col]\n"
-    ), "test_transpose_traced", "global stores take"),
-    "delegating": ("sectors_per_request", (
-        "def sectors_per_request(addresses, bytes_per_lane=4, sector_bytes=32):\n"
-        "    from gpucourse import sim\n    return sim.sectors_per_request(addresses, bytes_per_lane, sector_bytes)\n"
-    ), ("test_sectors_per_request", "test_load_efficiency"), "switched off"),  # the second builds on the first
+    ), "test_transpose_traced", "sectors for global stores"),
+    # Each row of the block taken for a warp: right for 32-wide blocks, wrong once a warp spans rows or half a row.
+    "rows_as_warps": ("sectors_per_warp", (
+        "def sectors_per_warp(block_dim, width, transposed=False, element_bytes=4):\n"
+        "    block_x, block_y = block_dim\n    sectors = []\n"
+        "    for ty in range(block_y):\n        cells = [(tx, ty) if transposed else (ty, tx) for tx in range(block_x)]\n"
+        "        sectors.append(sim.sectors_per_request([(row * width + col) * element_bytes for row, col in cells], element_bytes))\n"
+        "    return sectors\n"
+    ), ("test_sectors_per_warp", "test_block_load_efficiency"), "16 × 16 block"),  # the second builds on the first
+    # Honest: warps formed from numpy arrays of thread ids, broadcasts removed with np.unique; graded through
+    # test_tile_conflict_degrees (the untouched item, which only this variant changes).
+    "numpy_warps": ("tile_conflict_degrees", (
+        "def tile_conflict_degrees(block_dim, tile_width, padding=0, transposed=False):\n"
+        "    block_x, block_y = block_dim\n"
+        "    if tile_width < (block_y if transposed else block_x):\n        raise ValueError('the tile is narrower than the block')\n"
+        "    ids = np.arange(block_x * block_y)\n    tx, ty = ids % block_x, ids // block_x\n"
+        "    row, col = (tx, ty) if transposed else (ty, tx)\n    words = row * (tile_width + padding) + col\n"
+        "    return [int(np.bincount(np.unique(words[first:first + 32]) % 32).max()) for first in range(0, ids.size, 32)]\n"
+    ), ("test_tile_conflict_degrees",), None),
     # Does the work only below the timed size: every timed output is checked in full, so it fails there.
     "skips_at_timed_size": ("drift_soa", (
         "def drift_soa(fields, dt, steps):\n    if fields.shape[1] >= 50_000:\n        return fields\n"
@@ -110,7 +136,7 @@ VARIANTS_04 = {
         "@cuda.jit\ndef activate_uniform(x, out):\n    i = cuda.grid(1)\n    if i < x.size:\n        if i % 2 == 0:\n"
         "            v = x[i]\n            for _ in range(EXPENSIVE_STEPS):\n                v = v * HALF + ONE\n"
         "            out[i] = v\n        else:\n            out[i] = -x[i]\n"
-    ), "test_uniform_traced", "SIMT efficiency"),
+    ), "test_uniform_traced", "split their lanes"),
     # The reference's remapping with Python float constants: right values in the simulator, float64 arithmetic on a GPU.
     "float64_constants": ("activate_uniform", lambda given: given.replace("v * HALF + ONE", "v * 0.5 + 1.0"),
                           "test_uniform_correct", "computes in float64"),
@@ -121,10 +147,40 @@ VARIANTS_04 = {
                     "test_sum_traced", "use sequential addressing"),
     # Strided index: threads stay together, but their words collide in the banks.
     "strided_index": ("sum_kernel", SUM_HEAD + "        index = 2 * step * t\n        if index < RED_BLOCK:\n"
-                      "            s[index] += s[index + step]\n" + SUM_TAIL, "test_sum_traced", "bank-conflict degree"),
-    "delegating": ("warp_cycles", (
-        "def warp_cycles(lane_paths, path_cost):\n    from gpucourse import sim\n    return sim.warp_cycles(lane_paths, path_cost)\n"
-    ), ("test_warp_cycles", "test_simt_efficiency"), "switched off"),  # the second builds on the first
+                      "            s[index] += s[index + step]\n" + SUM_TAIL, "test_sum_traced", "bank conflicts"),
+    # The branch model applied to a loop: each distinct trip count priced as a path of its own and summed, as if the
+    # warp ran the lanes of each count one after the other, instead of masking finished lanes off until the longest ends.
+    "sum_of_paths": ("loop_cycles", (
+        "def loop_cycles(trip_counts, cycles_per_iteration, exit_cycles=0):\n    counts = list(trip_counts)\n"
+        "    if any(count is not None and count < 0 for count in counts):\n        raise ValueError('a negative trip count')\n"
+        "    path_cost = {count: count * cycles_per_iteration for count in counts if count is not None}\n"
+        "    return sim.warp_cycles(counts, path_cost) + exit_cycles if path_cost else 0\n"
+    ), ("test_loop_cycles", "test_loop_simt_efficiency"), "one lane runs 50 iterations"),  # the second builds on the first
+    # Honest: the same model with numpy masks (and numpy integers returned), graded through test_loop_cycles.
+    "with_numpy": ("loop_cycles", (
+        "def loop_cycles(trip_counts, cycles_per_iteration, exit_cycles=0):\n    counts = list(trip_counts)\n"
+        "    if len(counts) > 32:\n        raise ValueError(f'at most 32 lanes, got {len(counts)}')\n"
+        "    active = np.array([count is not None for count in counts], dtype=bool)\n"
+        "    iterations = np.array([0 if count is None else count for count in counts], dtype=np.int64)[active]\n"
+        "    if (iterations < 0).any():\n        raise ValueError('a negative trip count')\n"
+        "    return iterations.max() * cycles_per_iteration + exit_cycles if active.any() else 0\n"
+    ), ("test_loop_cycles", "test_loop_simt_efficiency"), None),
+    # Correct, laid out unlike the reference: while loops, statements split over lines. Lines are not what the
+    # traced items count (which warps diverge; shared-memory requests and wavefronts), so it keeps every point.
+    "while_loops_uniform": ("activate_uniform", (
+        "@cuda.jit\ndef activate_uniform(x, out):\n    t = cuda.grid(1)\n    pair, lane = t // 64, t % 32\n"
+        "    i = (64 * pair\n         + 2 * lane\n         + (t // 32) % 2)\n    if i < x.size:\n        if i % 2 == 0:\n"
+        "            v = x[i]\n            step = 0\n            while step < EXPENSIVE_STEPS:\n                v = (v * HALF\n"
+        "                     + ONE)\n                step += 1\n            out[i] = v\n        else:\n            out[i] = -x[i]\n"
+    ), ("test_uniform_correct", "test_uniform_traced"), None),
+    "while_loops_sum": ("sum_kernel", (
+        "@cuda.jit\ndef sum_kernel(x, out):\n    s = cuda.shared.array(RED_BLOCK, np.float32)\n    t = cuda.threadIdx.x\n"
+        "    acc = np.float32(0)\n    i = cuda.grid(1)\n    while i < x.size:\n        acc += x[i]\n        i += cuda.gridsize(1)\n"
+        "    s[t] = acc\n    cuda.syncthreads()\n    step = RED_BLOCK // 2\n    while step > 0:\n        if t < step:\n"
+        "            left = s[t]\n            right = s[\n                t + step\n            ]\n"
+        "            s[t] = (\n                left\n                + right\n            )\n"
+        "        cuda.syncthreads()\n        step //= 2\n    if t == 0:\n        cuda.atomic.add(out, 0, s[0])\n"
+    ), ("test_sum_correct", "test_sum_traced"), None),
     # Right for the first 200 values only, at the timed size: the timed outputs are checked in full.
     "skips_at_timed_size": ("soft_clip", (
         "def soft_clip(x):\n    knee = x * (1.0 - np.abs(x) / 4.0)\n"
@@ -135,9 +191,14 @@ VARIANTS_04 = {
     "vectorize": ("soft_clip", "def soft_clip(x):\n    return np.vectorize(lambda v: soft_clip_loop(np.array([v]))[0], otypes=[float])(x)\n",
                   "test_soft_clip_speed", "need 6×"),
 }
-# Each module's wrong answers, and an item of it that none of them can touch: it must still pass.
+# Each module's answers: (answer cell, code or an edit of the reference's, the items it feeds, reason).
+# A wrong answer (a reason) must fail exactly those items, each message holding the reason; a correct
+# one (reason None) must pass them all.
 VARIANTS = {"02_architecture": VARIANTS_02, "03_coalescing": VARIANTS_03, "04_divergence": VARIANTS_04}
-UNTOUCHED_ITEM = {"02_architecture": "test_occupancy", "03_coalescing": "test_bank_conflict_degree", "04_divergence": "test_warp_cycles"}
+# Cheap items of each module: the first that an answer does not feed is graded too, and must pass.
+UNTOUCHED_ITEMS = {"02_architecture": ("test_register_budget", "test_bias_relu"),
+                   "03_coalescing": ("test_tile_conflict_degrees", "test_sectors_per_warp"),
+                   "04_divergence": ("test_loop_cycles", "test_soft_clip_correct")}
 
 
 def _grade(assignment, student_nb, tmp_path, only):
@@ -155,9 +216,6 @@ def _with_answer(assignment, grade_id, code):
         edited = code(cell.source)
         assert edited != cell.source, "the edit no longer applies to the reference: update the variant"
         code = edited
-    elif grade_id == "occupancy" and "_reference" in code:
-        renamed = cell.source.replace("def occupancy(", "def _solution_occupancy(", 1)
-        code = renamed + "\n\n" + code.replace("_reference = occupancy", "_reference = _solution_occupancy")
     else:
         code += "".join(f"\n\n{line}" for line in cell.source.split("\n\n")[1:] if line.startswith("def run_"))  # keep the given launcher
     cell.source = code
@@ -169,26 +227,26 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("variant", sorted(VARIANTS[metafunc.cls.module]))
 
 
-class WrongAnswers:
+class Answers:
     """One module's variants (one class per module: see bottom)."""
 
     module = None  # set per generated class
 
-    def test_each_wrong_answer_loses_exactly_its_item(self, variant, tmp_path):
+    def test_each_answer_is_graded_exactly(self, variant, tmp_path):
         assignment = self.module
-        grade_id, code, broken_item, reason = VARIANTS[assignment][variant]
-        broken_items = broken_item if isinstance(broken_item, tuple) else (broken_item,)
-        # Only the items this answer feeds are graded (the reference's grading covers the rest), plus one
-        # the change cannot touch: it must still pass.
-        only = {item for item in broken_items if item} | {UNTOUCHED_ITEM[assignment]}
-        result = _grade(assignment, _with_answer(assignment, grade_id, code), tmp_path, only=only)
+        cell, code, items, reason = VARIANTS[assignment][variant]
+        items = items if isinstance(items, tuple) else (items,)
+        untouched = next(item for item in UNTOUCHED_ITEMS[assignment] if item not in items)
+        # Only the items this answer feeds are graded (the reference's grading covers the rest), plus one it cannot touch.
+        only = {*items, untouched}
+        result = _grade(assignment, _with_answer(assignment, cell, code), tmp_path, only=only)
         assert {item.grade_id for item in result.items} == only
         failed = {item.grade_id: item.message for item in result.items if item.outcome not in ("passed", "needs_gpu")}
-        if broken_item is None:
-            assert failed == {}
-            return
-        assert sorted(failed) == sorted(broken_items), failed
-        assert all(reason in failed[item] for item in broken_items)
+        if reason is None:
+            assert failed == {}, "a correct answer lost points"
+        else:
+            assert sorted(failed) == sorted(items), failed
+            assert all(reason in failed[item] for item in items), failed
 
 
-one_class_per_module(WrongAnswers, sorted(VARIANTS), globals())
+one_class_per_module(Answers, sorted(VARIANTS), globals())

@@ -113,6 +113,8 @@ def test_tracer_says_when_it_cannot_model_a_bank_conflict(simulated_cuda):
     assert t.notes == ["bank conflicts are modelled for 4-byte elements; 8-byte shared accesses are not counted"]
     with pytest.raises(ValueError, match="no 4-byte shared-memory access"):
         t.bank_conflict_degree()
+    with pytest.raises(ValueError, match="4-byte elements only"):
+        t.wavefronts()
     assert "n/a" in t.report()
 
 
@@ -134,6 +136,40 @@ def test_tracer_measures_simt_efficiency(simulated_cuda):
     with sim.trace() as partial:
         warp_uniform[1, 16](x, out)  # a block of 16 threads leaves half of its warp idle
     assert partial.simt_efficiency() == 0.5
+    # Which warps diverge: every warp of even_odd, none of warp_uniform, nor a warp of 16 threads
+    # (its lanes are the 16 that exist, and they stay together).
+    assert divergent.divergent_warps() == [((0, 0, 0), 0), ((1, 0, 0), 0)]
+    assert uniform.divergent_warps() == [] and partial.divergent_warps() == []
+
+
+def test_divergence_and_totals_are_not_diluted_by_extra_work(simulated_cuda):
+    """Uniform busywork lifts a divergent kernel's SIMT efficiency, but not out of divergence;
+    extra requests only add to the total sectors."""
+    from sim_kernels import even_odd, even_odd_padded
+
+    x, out = np.arange(64, dtype=np.float32), np.zeros(64, np.float32)
+    with sim.trace() as plain:
+        even_odd[2, 32](x, out)
+    with sim.trace() as padded:
+        even_odd_padded[2, 32](x, out, 40)
+    np.testing.assert_array_equal(out, np.where(np.arange(64) % 2 == 0, x * 2, x + 1))
+    assert plain.simt_efficiency() == 0.75 and padded.simt_efficiency() > 0.95  # the mean is diluted
+    assert padded.divergent_warps() == plain.divergent_warps() == [((0, 0, 0), 0), ((1, 0, 0), 0)]
+    # Per warp, even_odd loads x twice with half the lanes (4 sectors each: the lanes' floats are
+    # 8 bytes apart); the padded kernel loads it 41 times with all lanes (4 sectors each).
+    assert plain.sectors(kind="load") == 2 * 2 * 4 and padded.sectors(kind="load") == 2 * 41 * 4
+
+
+def test_wavefronts_add_up_each_requests_conflict_degree(simulated_cuda):
+    from sim_kernels import copy_strided, read_shared_words
+
+    out = np.zeros(32, np.float32)
+    with sim.trace() as t:
+        read_shared_words[1, 32](out, np.array([2 * k for k in range(32)], dtype=np.int32))
+    assert t.wavefronts(kind="store") == 1 and t.wavefronts(kind="load") == 2 and t.wavefronts() == 3
+    with sim.trace() as no_shared:
+        copy_strided[1, 32](np.arange(64, dtype=np.float32), np.zeros(32, np.float32), 1, 0)
+    assert no_shared.wavefronts() == 0
 
 
 def test_a_trace_survives_the_trip_to_another_process_and_back(simulated_cuda):

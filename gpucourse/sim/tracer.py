@@ -16,7 +16,10 @@ Modelling choices, stated so that nobody mistakes them for measurements:
 
 * each array argument starts at a 256-byte-aligned address, as ``cudaMalloc`` gives;
   shared arrays are packed from offset 0 of the block's shared memory, 16-byte aligned;
-* one Python source line is one instruction (for SIMT efficiency);
+* one Python source line is one instruction (for SIMT efficiency, a teaching figure); the
+  figures meant for judging a kernel are totals and per-warp facts that neither extra work nor
+  the layout of the source can improve: :meth:`Trace.sectors`, :meth:`Trace.wavefronts`,
+  :meth:`Trace.divergent_warps`;
 * bank conflicts are modelled for 4-byte elements; for other sizes the tracer says so
   (``conflict_degree`` is None and a note is added) rather than guess;
 * no caches: every request is counted as it reaches L1.
@@ -185,6 +188,39 @@ class Trace(Observer):
     def efficiency(self, kind: str | None = None, source: str | None = None) -> float:
         """Bytes asked for over bytes moved, over all matching global requests (1.0 is ideal)."""
         return _efficiency(self._global(kind, source))
+
+    def sectors(self, kind: str | None = None, source: str | None = None) -> int:
+        """Total 32-byte sectors the matching global requests moved.
+
+        A total, not a mean: extra requests, however well coalesced, only ever add to it, so
+        it is the figure to hold a kernel to (against what the same work needs at best).
+        """
+        return sum(r.sectors for r in self._global(kind, source))
+
+    def wavefronts(self, kind: str | None = None, source: str | None = None) -> int:
+        """Total shared-memory wavefronts: each 4-byte shared request costs its bank-conflict
+        degree (1 when conflict-free); 0 when the kernel made none. A total: extra requests only
+        ever add to it."""
+        shared = self.requests("shared", kind, source)
+        degrees = _conflict_degrees(shared)
+        if len(degrees) < len(shared):
+            raise ValueError("bank conflicts are modelled for 4-byte elements only; this kernel made other shared accesses")
+        return sum(degrees)
+
+    def divergent_warps(self) -> list[tuple]:
+        """The (block, warp) pairs in which some instruction ran with only part of the warp's lanes.
+
+        A warp's lanes are those that ran any line of the kernel; a line that some of them ran
+        (or ran a different number of times) and others did not is a divergent branch. Neither
+        extra uniform work nor the way the source is laid out on lines changes which warps
+        diverge (a partial warp at the end of the data diverges at its bounds check).
+        """
+        self._finish()
+        widest, narrowest = defaultdict(int), defaultdict(lambda: simt.WARP_SIZE + 1)
+        for block, warp, _, lanes in self._issues:
+            widest[(block, warp)] = max(widest[(block, warp)], lanes)
+            narrowest[(block, warp)] = min(narrowest[(block, warp)], lanes)
+        return sorted(key for key in widest if narrowest[key] < widest[key])
 
     def bank_conflict_degree(self, kind: str | None = None, source: str | None = None, worst: bool = False) -> float:
         """Mean (or, with ``worst``, the largest) bank-conflict degree of the shared-memory requests; 1 is conflict-free."""

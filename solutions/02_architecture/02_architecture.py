@@ -1,8 +1,8 @@
 # %% [markdown]
-# # Assignment 02: GPU architecture — your first kernels and an occupancy calculator
+# # Assignment 02: GPU architecture — your first kernels and a register budget
 #
 # This assignment checks the ideas of lecture 02 (`course/02_architecture.ipynb`).
-# You will write four CUDA kernels in Python with numba-cuda, choose a launch configuration, and build the occupancy calculator the lecture used.
+# You will write four CUDA kernels in Python with numba-cuda, choose a launch configuration, and work out the register budget that keeps a launch's occupancy, the other way round from the lecture's occupancy calculator.
 #
 # How it works:
 # - Write your code where a cell says `raise NotImplementedError(...)`; delete that line.
@@ -283,145 +283,175 @@ if kernels.gpu_or_explain("one thread runs saxpy hundreds of times slower than a
     check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="saxpy_launch vs one thread")
 
 # %% [markdown]
-# ## Question 6: an occupancy calculator (3 points)
+# ## Question 6: a register budget under `__launch_bounds__` (3 points)
 #
-# Write `occupancy(gpu, threads_per_block, registers_per_thread, shared_mem_per_block)` following NVIDIA's CUDA Occupancy Calculator, as the lecture explained.
+# In CUDA C++, `__launch_bounds__(maxThreadsPerBlock, minBlocksPerMultiprocessor)` asks the compiler to use few enough registers per thread that `minBlocksPerMultiprocessor` blocks of `maxThreadsPerBlock` threads can be resident on one SM at once (in numba-cuda: `@cuda.jit(launch_bounds=(threads, blocks))`).
+# How many registers per thread is that?
+#
+# Write `register_budget(gpu, threads_per_block, blocks_per_sm)`: the most registers per thread with which `blocks_per_sm` blocks of `threads_per_block` threads fit on one SM of `gpu`, by the register-allocation rules of the lecture:
+# - a warp takes `32 × registers_per_thread` registers, rounded *up* to a multiple of `register_alloc_unit` (256);
+# - warps receive registers in groups of `warp_alloc_granularity` (4): the SM's `registers_per_sm` serve a number of warps that is a multiple of 4;
+# - no thread may use more than `max_registers_per_thread` (255).
+#
 # `gpu` is a card from `gpu_specs.GPUS` (`"T4"`, `"A100"`, `"H100"`, …) or a compute capability string (`"8.6"`); `gpu_specs.sm_limits(gpu)` gives that SM's limits.
-# Return an object with four attributes (a `types.SimpleNamespace`, a dataclass or a namedtuple will do):
-# - `blocks_per_sm`: how many blocks of this kernel one SM holds at once, the smallest of four limits:
-#   - **warps**: `max_warps_per_sm // warps_per_block`, with `warps_per_block = ceil(threads_per_block / 32)`;
-#   - **blocks**: `max_blocks_per_sm`;
-#   - **registers**: each warp needs `32 × registers_per_thread` registers rounded *up* to a multiple of `register_alloc_unit` (256); the SM's `registers_per_sm` hold that many warps, rounded *down* to a multiple of `warp_alloc_granularity` (4); divide by `warps_per_block`. A kernel with 0 registers is not limited by them;
-#   - **shared memory**: each block takes `shared_mem_per_block + reserved_shared_mem_per_block` bytes rounded *up* to a multiple of `shared_mem_alloc_unit`; the SM has `shared_mem_per_sm`. A block that takes 0 bytes is not limited by it.
-# - `active_warps`: `blocks_per_sm × warps_per_block`;
-# - `occupancy`: `active_warps / max_warps_per_sm`, a float between 0 and 1;
-# - `limiter`: which limit gave `blocks_per_sm`, one of `"warps"`, `"blocks"`, `"registers"`, `"shared_memory"`; when several tie, the first in that order.
+# Return an int.
+# Example: on compute capability 7.0, 12 blocks of 128 threads allow 40 registers per thread: with 40 an SM holds 12 such blocks, with 41 only 10 (so the lecture's 37-register kernel from the Best Practices Guide fits).
 #
-# Raise `ValueError` for `threads_per_block` outside 1..1024, registers outside 0..`max_registers_per_thread`, or shared memory outside 0..`max_shared_mem_per_block`.
-# Write it yourself: the hidden tests switch off the course package's own calculator (`gpucourse.sim`) while they call yours.
-# About 20 lines.
+# Work it out in closed form: how many warps the register file must serve (in whole groups), how many registers that leaves each warp (in whole allocation units), and so each thread.
+# The lecture's `sim.occupancy(gpu, threads_per_block, registers_per_thread)` is the forward direction: its `blocks_by["registers"]` is how many blocks the registers alone allow.
+# Use it to check your answer; a search over register counts with it is accepted too, but the closed form is what shows you understand the budget.
+#
+# Raise `ValueError`, with a message saying which, when `threads_per_block` is outside 1..`max_threads_per_block`, when `blocks_per_sm` is below 1, or when the blocks cannot be resident on one SM whatever their registers: more than `max_blocks_per_sm` blocks, or more warps in all than `max_warps_per_sm`.
+# About 12 lines.
 
-# %% nbgrader={"grade_id": "occupancy", "solution": true}
-def occupancy(gpu, threads_per_block, registers_per_thread, shared_mem_per_block):
-    """Modelled blocks/SM, active warps, occupancy and limiter of a launch on `gpu` (name or compute capability)."""
+# %% nbgrader={"grade_id": "register_budget", "solution": true}
+def register_budget(gpu, threads_per_block, blocks_per_sm):
+    """Most registers per thread (int) that keep blocks_per_sm blocks of threads_per_block threads resident on one SM of `gpu`."""
     ### BEGIN SOLUTION
-    from types import SimpleNamespace
-
     limits = gpu_specs.sm_limits(gpu)
     if not 1 <= threads_per_block <= limits.max_threads_per_block:
-        raise ValueError(f"threads_per_block {threads_per_block} is outside 1..{limits.max_threads_per_block}")
-    if not 0 <= registers_per_thread <= limits.max_registers_per_thread:
-        raise ValueError(f"registers_per_thread {registers_per_thread} is outside 0..{limits.max_registers_per_thread}")
-    if not 0 <= shared_mem_per_block <= limits.max_shared_mem_per_block:
-        raise ValueError(f"shared_mem_per_block {shared_mem_per_block} is outside 0..{limits.max_shared_mem_per_block}")
-    warps = math.ceil(threads_per_block / limits.warp_size)
-    by_registers = limits.max_blocks_per_sm
-    if registers_per_thread:
-        per_warp = math.ceil(registers_per_thread * limits.warp_size / limits.register_alloc_unit) * limits.register_alloc_unit
-        warps_fit = limits.registers_per_sm // per_warp // limits.warp_alloc_granularity * limits.warp_alloc_granularity
-        by_registers = warps_fit // warps
-    shared = shared_mem_per_block + limits.reserved_shared_mem_per_block
-    shared = math.ceil(shared / limits.shared_mem_alloc_unit) * limits.shared_mem_alloc_unit
-    by_shared = limits.shared_mem_per_sm // shared if shared else limits.max_blocks_per_sm
-    candidates = [("warps", limits.max_warps_per_sm // warps), ("blocks", limits.max_blocks_per_sm),
-                  ("registers", by_registers), ("shared_memory", by_shared)]
-    blocks = min(count for _, count in candidates)
-    limiter = next(name for name, count in candidates if count == blocks)
-    return SimpleNamespace(blocks_per_sm=blocks, active_warps=blocks * warps,
-                           occupancy=blocks * warps / limits.max_warps_per_sm, limiter=limiter)
+        raise ValueError(f"threads_per_block must be 1..{limits.max_threads_per_block}, got {threads_per_block}")
+    if blocks_per_sm < 1:
+        raise ValueError(f"blocks_per_sm must be at least 1, got {blocks_per_sm}")
+    if blocks_per_sm > limits.max_blocks_per_sm:
+        raise ValueError(f"{blocks_per_sm} blocks per SM: more than max_blocks_per_sm ({limits.max_blocks_per_sm}) on {limits.compute_capability}")
+    warps = blocks_per_sm * math.ceil(threads_per_block / limits.warp_size)
+    if warps > limits.max_warps_per_sm:
+        raise ValueError(f"{blocks_per_sm} blocks of {threads_per_block} threads are {warps} warps: "
+                         f"more than max_warps_per_sm ({limits.max_warps_per_sm}) on {limits.compute_capability}")
+    # Registers go to warps in whole groups, so the register file must serve the warps rounded up to a group.
+    served = math.ceil(warps / limits.warp_alloc_granularity) * limits.warp_alloc_granularity
+    # Each warp's share, cut down to whole allocation units: a warp cannot use part of a unit it was not given.
+    per_warp = limits.registers_per_sm // served // limits.register_alloc_unit * limits.register_alloc_unit
+    return min(per_warp // limits.warp_size, limits.max_registers_per_thread)
     ### END SOLUTION
 
 
-# %% nbgrader={"grade_id": "test_occupancy", "grade": true, "points": 3}
-"""occupancy reproduces NVIDIA's worked examples and finds each kind of limiter."""
+# %% nbgrader={"grade_id": "test_register_budget", "grade": true, "points": 3}
+"""register_budget gives the most registers per thread that keep the blocks resident, and rejects launches no SM can hold."""
 
 
-def check_occupancy(args, blocks, warps, limiter):
-    result = occupancy(*args)
-    got = (result.blocks_per_sm, result.active_warps, result.limiter)
-    assert got == (blocks, warps, limiter), f"occupancy{args}: expected (blocks_per_sm, active_warps, limiter) = {(blocks, warps, limiter)}, got {got}"
-    max_warps = gpu_specs.sm_limits(args[0]).max_warps_per_sm
-    check.assert_approx(result.occupancy, warps / max_warps, name=f"occupancy{args}.occupancy")
+def check_budget(args, expected):
+    budget = register_budget(*args)
+    assert isinstance(budget, int) and not isinstance(budget, bool), f"register_budget{args}: expected an int, got {budget!r}"
+    check.assert_equal(budget, expected, name=f"register_budget{args}")
 
 
-# CUDA C++ Best Practices Guide, "Calculating Occupancy": on compute capability 7.0, 37 registers
-# per thread give 75% occupancy with 128-thread blocks (12 blocks) but 62.5% with 320-thread blocks (4).
-check_occupancy(("7.0", 128, 37, 0), 12, 48, "registers")
-check_occupancy(("7.0", 320, 37, 0), 4, 40, "registers")
-# Shared memory: 48 KiB + the 1 KiB reserved per block on an A100 -> 3 blocks of 164 KiB.
-check_occupancy(("A100", 256, 0, 48 * 1024), 3, 24, "shared_memory")
-# Tiny blocks: an H100 SM holds at most 32 blocks, whatever their size.
-check_occupancy(("H100", 32, 16, 0), 32, 32, "blocks")
-# Big blocks: a T4's SM holds 32 warps, one block of 1024 threads.
-check_occupancy(("T4", 1024, 32, 0), 1, 32, "warps")
-### BEGIN HIDDEN TESTS
-# CUDA C++ Programming Guide, "Maximize Utilization / Multiprocessor Level": 512-thread blocks with
-# 64 registers per thread fit twice (32 warps); with 65 registers only once (16 warps). The guide
-# states it for 6.x; 7.0 has the same register file and allocation rules.
-check_occupancy(("7.0", 512, 64, 0), 2, 32, "registers")
-check_occupancy(("7.0", 512, 65, 0), 1, 16, "registers")
-# 7.x rounds shared memory to 256 bytes and reserves nothing: 32 KiB fits twice in 64 KiB, one byte more once.
-check_occupancy(("7.5", 256, 0, 32 * 1024), 2, 16, "shared_memory")
-check_occupancy(("7.5", 256, 0, 32 * 1024 + 1), 1, 8, "shared_memory")
-# 8.x rounds to 128 bytes after adding 1 KiB: 100 KiB on an 8.6 SM holds 3 blocks of 32 KiB (33 KiB each).
-check_occupancy(("8.6", 128, 0, 32 * 1024), 3, 12, "shared_memory")
-# Ties go to the first of warps, blocks, registers, shared_memory.
-check_occupancy(("8.0", 64, 0, 0), 32, 64, "warps")
-check_occupancy(("A100", 256, 32, 0), 8, 64, "warps")
-# Threads that are not a whole number of warps still take whole warps: 33 threads are 2 warps.
-check_occupancy(("8.9", 33, 0, 0), 24, 48, "warps")
-# A block of 1024 threads with 255 registers needs more registers than an SM has: no block fits.
-check_occupancy(("H200", 1024, 255, 0), 0, 0, "registers")
-check_occupancy(("L4", 96, 40, 12 * 1024), 7, 21, "shared_memory")
-for bad in [("T4", 0, 32, 0), ("T4", 1025, 32, 0), ("A100", 128, 256, 0), ("T4", 128, -1, 0),
-            ("T4", 128, 32, 64 * 1024 + 1), ("H100", 128, 32, -5)]:
+def check_rejected(args, why):
     try:
-        occupancy(*bad)
+        register_budget(*args)
     except ValueError:
-        pass
-    else:
-        raise AssertionError(f"occupancy{bad} should raise ValueError")
-# The answer must stand on its own: with the course's calculator switched off, it still works.
-with check.forbidden("gpucourse.sim"):
-    result = occupancy("7.0", 320, 37, 0)
-assert (result.blocks_per_sm, result.limiter) == (4, "registers"), "occupancy must not depend on gpucourse.sim"
+        return
+    raise AssertionError(f"register_budget{args} should raise ValueError: {why}")
+
+
+# 12 blocks of 128 threads = 48 warps; 65536 / 48 = 1365.3 -> 1280 per warp (5 × 256) -> 40 per thread.
+check_budget(("7.0", 128, 12), 40)
+# The Best Practices Guide's other launch: 4 blocks of 320 threads = 40 warps; 65536 / 40 = 1638.4 -> 1536 -> 48.
+check_budget(("7.0", 320, 4), 48)
+# Full occupancy on an A100: 8 blocks of 256 threads = 64 warps; 65536 / 64 = 1024 -> 32.
+check_budget(("A100", 256, 8), 32)
+check_rejected(("A100", 256, 9), "9 blocks of 8 warps are 72 warps, and an A100 SM holds 64")
+### BEGIN HIDDEN TESTS
+
+
+def check_budget(args, expected):  # the visible check, then the forward model must agree with the budget
+    budget = register_budget(*args)
+    assert isinstance(budget, int) and not isinstance(budget, bool), f"register_budget{args}: expected an int, got {budget!r}"
+    check.assert_equal(budget, expected, name=f"register_budget{args}")
+    gpu, threads, blocks = args
+    allowed = sim.occupancy(gpu, threads, budget).blocks_by["registers"]
+    assert allowed >= blocks, f"register_budget{args} = {budget}: with it the registers allow {allowed} blocks, not {blocks}"
+    if budget < gpu_specs.sm_limits(gpu).max_registers_per_thread:
+        allowed = sim.occupancy(gpu, threads, budget + 1).blocks_by["registers"]
+        assert allowed < blocks, f"register_budget{args} = {budget}: {budget + 1} registers still allow {allowed} blocks"
+
+
+for visible_args, visible_expected in ((("7.0", 128, 12), 40), (("7.0", 320, 4), 48), (("A100", 256, 8), 32)):
+    check_budget(visible_args, visible_expected)
+# 7.5 (T4): 4 blocks of 256 threads = 32 warps, the SM's maximum; 65536 / 32 = 2048 -> 64.
+check_budget(("T4", 256, 4), 64)
+# One block of 1024 threads fills a 7.5 SM: 32 warps -> 64.
+check_budget(("7.5", 1024, 1), 64)
+# 16 blocks (7.5's maximum) of 64 threads = 32 warps -> 64.
+check_budget(("T4", 64, 16), 64)
+# The cap binds: one warp, served as a group of 4; 65536 / 4 = 16384 -> 512 per thread, capped at 255.
+check_budget(("A100", 32, 1), 255)
+# Granularity: 3 blocks of 3 warps = 9 warps, served as 12; 65536 / 12 = 5461.3 -> 5376 (21 × 256) -> 168 (9 warps would say 224).
+check_budget(("8.0", 96, 3), 168)
+# Threads round up to warps: 33 threads are 2 warps; 10 blocks = 20 warps; 65536 / 20 = 3276.8 -> 3072 -> 96.
+check_budget(("8.0", 33, 10), 96)
+# 8.6 (48 warps per SM): 6 blocks of 256 = 48 warps; 65536 / 48 = 1365.3 -> 1280 -> 40.
+check_budget(("8.6", 256, 6), 40)
+# 8.9 (24 blocks per SM): 24 one-warp blocks = 24 warps; 65536 / 24 = 2730.7 -> 2560 -> 80.
+check_budget(("8.9", 32, 24), 80)
+# L4 (8.9): 24 blocks of 2 warps = 48 warps -> 40.
+check_budget(("L4", 64, 24), 40)
+# 9.0: 5 blocks of 5 warps = 25 warps, served as 28; 65536 / 28 = 2340.6 -> 2304 -> 72 (25 warps would say 80).
+check_budget(("H100", 160, 5), 72)
+# 544 threads = 17 warps, served as 20; 65536 / 20 = 3276.8 -> 3072 -> 96 (17 warps would say 120).
+check_budget(("9.0", 544, 1), 96)
+# Full occupancy on an H100: 2 blocks of 32 warps = 64 -> 32; one such block on an H200: 32 warps -> 64.
+check_budget(("H100", 1024, 2), 32)
+check_budget(("H200", 1024, 1), 64)
+check_rejected(("A100", 0, 1), "threads_per_block 0 is below 1")
+check_rejected(("A100", 1025, 1), "threads_per_block 1025 is above 1024")
+check_rejected(("A100", 128, 0), "blocks_per_sm 0 is below 1")
+check_rejected(("H100", 128, -2), "blocks_per_sm -2 is below 1")
+check_rejected(("H100", 32, 33), "33 blocks, and a 9.0 SM holds at most 32")
+check_rejected(("T4", 64, 17), "17 blocks, and a 7.5 SM holds at most 16")
+check_rejected(("8.6", 128, 13), "13 blocks of 4 warps are 52 warps, and an 8.6 SM holds 48")
+check_rejected(("T4", 96, 11), "11 blocks of 3 warps are 33 warps, and a T4 SM holds 32")
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Question 7: choosing a launch configuration (2 points)
+# ## Question 7: a launch and its register budget (2 points)
 #
-# A kernel uses 40 registers per thread and 6 KiB (6144 bytes) of shared memory per block; it runs on an A100 (108 SMs).
-# - `best_block_size`: among 64, 128, 256, 512 and 1024 threads per block, the one with the highest occupancy; on a tie, the smallest (smaller blocks leave the scheduler more freedom at the tail of a launch).
-# - `blocks_per_wave`: with that block size, how many blocks the whole A100 runs at once (one "wave" of blocks).
+# A kernel uses 24 KiB (24576 bytes) of shared memory per block and runs on an L4 (compute capability 8.9: at most 48 warps and 100 KiB of shared memory per SM; 58 SMs).
+# - `best_block_size`: among 64, 128, 256, 512 and 1024 threads per block, the one with the highest occupancy when registers do not limit (pass 0 registers to the lecture's `sim.occupancy`); on a tie, the smallest (smaller blocks leave the scheduler more freedom at the tail of a launch).
+# - `register_cap`: the most registers per thread that keep that occupancy, the budget you would compile the kernel under (`__launch_bounds__`, or numba's `launch_bounds=`). Use your `register_budget` from Question 6.
+# - `blocks_per_wave`: with that block size, how many blocks the whole L4 runs at once (one "wave" of blocks).
 #
-# Use your `occupancy` function; assign two ints.
+# Assign three ints.
 
 # %% nbgrader={"grade_id": "launch_choice", "solution": true}
 ### BEGIN SOLUTION
+shared_bytes = 24 * 1024
 candidates = [64, 128, 256, 512, 1024]
-best_block_size = max(candidates, key=lambda size: (occupancy("A100", size, 40, 6144).occupancy, -size))
-blocks_per_wave = occupancy("A100", best_block_size, 40, 6144).blocks_per_sm * gpu_specs.gpu("A100").sms
+best_block_size = max(candidates, key=lambda size: (sim.occupancy("L4", size, 0, shared_bytes).occupancy, -size))
+blocks_per_sm = sim.occupancy("L4", best_block_size, 0, shared_bytes).blocks_per_sm
+register_cap = register_budget("L4", best_block_size, blocks_per_sm)
+blocks_per_wave = blocks_per_sm * gpu_specs.gpu("L4").sms
 ### END SOLUTION
-print(f"best block size {best_block_size}, {blocks_per_wave} blocks per wave (modelled for an A100)")
+print(f"best block size {best_block_size}, at most {register_cap} registers per thread, {blocks_per_wave} blocks per wave (modelled for an L4)")
 
 # %% nbgrader={"grade_id": "test_launch_choice", "grade": true, "points": 2}
-"""best_block_size and blocks_per_wave are whole numbers in range (the exact values are checked when grading)."""
+"""best_block_size, register_cap and blocks_per_wave are whole numbers in range, and register_cap keeps the occupancy (the exact values are checked when grading)."""
 assert best_block_size in (64, 128, 256, 512, 1024), f"best_block_size should be one of the five sizes, got {best_block_size!r}"
-assert isinstance(blocks_per_wave, int) and blocks_per_wave > 0, f"blocks_per_wave should be a positive int, got {blocks_per_wave!r}"
-assert blocks_per_wave % 108 == 0, f"a wave fills all 108 SMs equally: {blocks_per_wave} is not a multiple of 108"
+for answer, value in (("register_cap", register_cap), ("blocks_per_wave", blocks_per_wave)):
+    assert isinstance(value, int) and not isinstance(value, bool) and value > 0, f"{answer} should be a positive int, got {value!r}"
+assert register_cap <= 255, f"register_cap: no thread may use more than 255 registers, got {register_cap}"
+assert blocks_per_wave % 58 == 0, f"a wave fills all 58 SMs equally: {blocks_per_wave} is not a multiple of 58"
+free, capped = (sim.occupancy("L4", best_block_size, registers, 24 * 1024) for registers in (0, register_cap))
+assert capped.active_warps == free.active_warps, (
+    f"with {register_cap} registers per thread, {best_block_size}-thread blocks keep {capped.active_warps} warps per SM, not {free.active_warps}")
 ### BEGIN HIDDEN TESTS
-# 40 registers: 1280 per warp, 48 warps per SM; 6 KiB + 1 KiB shared: 23 blocks per SM.
-# 64 threads: 23 blocks (46 warps, 72%); 128, 256 and 512: 48 warps (75%); 1024: 32 warps (50%).
-assert best_block_size == 128, f"best_block_size: expected 128, got {best_block_size}"
-assert blocks_per_wave == 12 * 108, f"blocks_per_wave: expected {12 * 108}, got {blocks_per_wave}"
+# Shared memory: 24 KiB + the 1 KiB reserved per block = 25600 B (a multiple of 128); 102400 / 25600 = 4 blocks per SM.
+# 64 threads: 4 blocks × 2 warps = 8 of 48; 128: 16; 256: 32; 512: the 48 warps hold 3 blocks of 16 = 48 (100%); 1024: 1 × 32 = 32.
+check.assert_equal(best_block_size, 512, name="best_block_size")
+# register_budget("L4", 512, 3): 48 warps; 65536 / 48 = 1365.3 -> 1280 per warp (5 × 256) -> 40 per thread.
+check.assert_equal(register_cap, 40, name="register_cap")
+# 3 blocks per SM × 58 SMs.
+check.assert_equal(blocks_per_wave, 174, name="blocks_per_wave")
 ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Question 8: when occupancy does not matter (1 point, graded by hand)
 #
-# In three or four sentences: give one reason why raising a kernel's occupancy from 50% to 100% may not make it any faster, and say what you would measure to find out.
+# Question 7's `register_cap` buys full occupancy by limiting the registers each thread may use.
+# In three or four sentences: give one reason why compiling a kernel under such a cap, raising its occupancy from, say, 67% to 100%, may not make it any faster (or may make it slower), and say what you would measure to find out.
 
 # %% [markdown] nbgrader={"grade_id": "occupancy_answer", "solution": true, "grade": true, "points": 1}
 # ### BEGIN SOLUTION
-# Occupancy only helps while more warps hide more latency. A memory-bound kernel that already saturates DRAM bandwidth at 50% occupancy gains nothing from more warps, and a kernel with enough independent instructions per thread (instruction-level parallelism) hides latency with fewer warps (Volkov, GTC 2010). Raising occupancy can even cost speed when it forces fewer registers per thread (spills to local memory) or smaller shared-memory tiles. To find out, time both versions on the GPU and compare achieved bandwidth or FLOP/s with the roofline, and look at the profiler's achieved occupancy and stall reasons.
+# Occupancy only helps while more warps hide more latency. A memory-bound kernel that already saturates DRAM bandwidth at 67% occupancy gains nothing from more warps, and a kernel with enough independent instructions per thread (instruction-level parallelism) hides latency with fewer warps (Volkov, GTC 2010). A register cap below what the kernel needs can make it slower: the compiler spills the extra values to local memory, which lives in DRAM behind the caches, or gives up the registers that held several loads in flight. To find out, compile with and without the cap and compare registers and spill bytes (`kernels.compile_report`), then time both versions on the GPU and look at achieved bandwidth or FLOP/s against the roofline, and at the profiler's achieved occupancy and stall reasons.
 # ### END SOLUTION
