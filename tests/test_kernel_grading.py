@@ -54,6 +54,13 @@ VARIANTS_02 = {
         "@cuda.jit\ndef histogram_kernel(values, bins):\n"
         "    for i in range(cuda.grid(1), values.size, cuda.gridsize(1)):\n        bins[values[i]] += 1\n"
     ), "test_histogram", "atomic addition per value"),
+    # A race the simulator hides: enough atomic additions are counted (on a bin's own value, adding 0), but the real
+    # updates are plain read-modify-writes that lose counts on a GPU. The tracer tells atomics from plain writes.
+    "atomics_elsewhere": ("histogram_kernel", (
+        "@cuda.jit\ndef histogram_kernel(values, bins):\n"
+        "    for i in range(cuda.grid(1), values.size, cuda.gridsize(1)):\n"
+        "        cuda.atomic.add(bins, values[i], 0)\n        bins[values[i]] += 1\n"
+    ), "test_histogram", "plain writes to global memory"),
     # Runs in the simulator (a Python list in a kernel) but no GPU compiler accepts it: compiled by NVVM first.
     "simulator_only": ("saxpy_kernel", (
         "@cuda.jit\ndef saxpy_kernel(a, x, y, out):\n    done = []\n"
@@ -88,6 +95,11 @@ VARIANTS_03 = {
     # The padded tile's shape as an expression: fine in the simulator, rejected by every GPU compiler.
     "shape_expression": ("transpose_tiled", lambda given: given.replace("(TILE, TILE_PADDED)", "(TILE, TILE + 1)"),
                          ("test_transpose_correct", "test_transpose_traced"), "cannot see as constant"),
+    # Behaves differently when watched: does nothing while a tracer is installed. Not CUDA: the grader refuses its
+    # source (a module other than math/numpy/numba) before anything runs; the traced launch's output is checked too.
+    "watched": ("transpose_tiled", lambda given: "import sys\n\n" + given.replace(
+        "    tile = cuda.shared.array(", "    if sys.gettrace() is not None:\n        return\n    tile = cuda.shared.array(", 1),
+        ("test_transpose_correct", "test_transpose_traced"), "can only use device functions, modules math/numpy/numba"),
     # The naive kernel under the tiled name: stores still 32 rows apart.
     "naive": ("transpose_tiled", TRANSPOSE_HEAD + (
         "    col = cuda.blockIdx.x * TILE + cuda.threadIdx.x\n    for k in range(0, TILE, BLOCK_ROWS):\n"
@@ -133,6 +145,23 @@ SUM_TAIL = "        cuda.syncthreads()\n        step *= 2\n    if t == 0:\n     
 VARIANTS_04 = {
     # The given kernel under the new name: right results, divergent warps.
     "still_divergent": ("activate_uniform", (
+        "@cuda.jit\ndef activate_uniform(x, out):\n    i = cuda.grid(1)\n    if i < x.size:\n        if i % 2 == 0:\n"
+        "            v = x[i]\n            for _ in range(EXPENSIVE_STEPS):\n                v = v * HALF + ONE\n"
+        "            out[i] = v\n        else:\n            out[i] = -x[i]\n"
+    ), "test_uniform_traced", "split their lanes"),
+    # Diluted: the divergent kernel behind uniform busywork (a loop every lane runs) lifts the SIMT efficiency,
+    # a mean over every issued line, to 0.905; every warp still splits its lanes between the paths.
+    "padded_divergent": ("activate_uniform", (
+        "@cuda.jit\ndef activate_uniform(x, out):\n    i = cuda.grid(1)\n    pad = ONE\n    for _ in range(40):\n"
+        "        pad = pad * ONE\n    if i < x.size:\n        if i % 2 == 0:\n"
+        "            v = x[i]\n            for _ in range(EXPENSIVE_STEPS):\n                v = v * HALF + ONE\n"
+        "            out[i] = v\n        else:\n            out[i] = -x[i]\n"
+    ), "test_uniform_traced", "split their lanes"),
+    # Forged evidence: the divergent kernel, and the student's process patched to report no divergence. The launch
+    # is traced in a kernel runner holding only the kernel's source, and the trace read on the grader's side.
+    "forged_trace": ("activate_uniform", (
+        "from gpucourse.sim import tracer as _tracer\n_tracer.Trace.divergent_warps = lambda self: []\n"
+        "_tracer.Trace.simt_efficiency = lambda self: 1.0\n\n"
         "@cuda.jit\ndef activate_uniform(x, out):\n    i = cuda.grid(1)\n    if i < x.size:\n        if i % 2 == 0:\n"
         "            v = x[i]\n            for _ in range(EXPENSIVE_STEPS):\n                v = v * HALF + ONE\n"
         "            out[i] = v\n        else:\n            out[i] = -x[i]\n"

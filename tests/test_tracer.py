@@ -160,6 +160,21 @@ def test_divergence_and_totals_are_not_diluted_by_extra_work(simulated_cuda):
     assert plain.sectors(kind="load") == 2 * 2 * 4 and padded.sectors(kind="load") == 2 * 41 * 4
 
 
+def test_atomics_are_their_own_kind_of_access(simulated_cuda):
+    """An atomic add is one request of kind "atomic", not the simulator's read and write, so a
+    plain store is always a plain write (a race on a GPU when threads share the address)."""
+    from sim_kernels import count_then_share
+
+    values, bins, out = np.arange(64, dtype=np.int32) % 4, np.zeros(4, np.int32), np.zeros(2)
+    with sim.trace() as t:
+        count_then_share[2, 32](values, bins, out)
+    assert bins.tolist() == [16, 16, 16, 16]
+    atomics = t.requests("global", "atomic")
+    assert len(atomics) == 2 and all(len(r.lanes) == 32 for r in atomics)  # one per warp
+    assert [r.source for r in t.requests("global", "store")] == ["out[cuda.blockIdx.x] = shared[0] + shared[31]"] * 2
+    assert len(t.requests("global", "load")) == 2  # values[...], once per warp; the atomic's own read is not a load
+
+
 def test_wavefronts_add_up_each_requests_conflict_degree(simulated_cuda):
     from sim_kernels import copy_strided, read_shared_words
 

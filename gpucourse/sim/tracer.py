@@ -4,7 +4,9 @@ Inside ``with trace() as t:``, every simulated launch is instrumented:
 
 * every element a thread reads or writes, in a kernel argument (global memory) or in a
   ``cuda.shared.array``, is recorded with the thread's block, warp and lane, the instruction
-  that did it and how many times that thread had executed it before;
+  that did it and how many times that thread had executed it before; an atomic operation
+  (``cuda.atomic.add`` and the others) is one access of kind ``"atomic"``, so a plain
+  ``"store"`` is always a plain write;
 * every source line a thread executes is recorded the same way.
 
 Lanes of one warp at the same instruction, the same number of times, form one *warp request*
@@ -54,7 +56,7 @@ class Request:
     """One warp's memory access at one instruction (modelled from the simulator's trace)."""
 
     space: str  # "global" or "shared"
-    kind: str  # "load" or "store"
+    kind: str  # "load", "store" or "atomic" (one read-modify-write of cuda.atomic.*)
     source: str  # the source line that made it
     line: int
     block: tuple
@@ -389,9 +391,14 @@ def _record(space: str, kind: str, array: np.ndarray, index) -> None:
     offset = _element_offset(array, index)
     if position is None or offset is None:
         return
+    frame = sys._getframe(2)
+    if _inside_atomic(frame):
+        if kind == "load":
+            return  # the simulator's read-modify-write: one atomic request, recorded at its store
+        kind = "atomic"
     owner = _owner(array)
     base = _STATE.global_address(owner) if space == "global" else _STATE.shared_address(owner)
-    site = _site(sys._getframe(2))
+    site = _site(frame)
     occurrence = _STATE.occurrence((space, kind, site))
     event = (*position, space, kind, site, occurrence, base + offset, array.itemsize)
     for tracer in open_observers(Trace.kind):
@@ -405,6 +412,23 @@ def _site(frame) -> tuple:
     if frame is None:
         return ("?", 0, 0)
     return (frame.f_code.co_filename, frame.f_lineno, frame.f_lasti)
+
+
+@lru_cache(maxsize=None)
+def _atomic_codes() -> frozenset:
+    """The code of the simulator's atomic operations (``cuda.atomic.add`` and the others)."""
+    from numba.cuda.simulator import kernelapi
+
+    return frozenset(value.__code__ for value in vars(kernelapi.FakeCUDAAtomic).values() if hasattr(value, "__code__"))
+
+
+def _inside_atomic(frame) -> bool:
+    """Whether an access is the simulator carrying out an atomic operation for the kernel."""
+    while frame is not None and _is_library(frame.f_code.co_filename):
+        if frame.f_code in _atomic_codes():
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _source(site: tuple) -> str:

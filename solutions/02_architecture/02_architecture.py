@@ -193,7 +193,7 @@ check_block_sum(SUM_BLOCK + 1, extra_blocks=1)  # the extra block only sees padd
 # Many threads update the same bin at once: `bins[v] += 1` is a read, an add and a write, and on a GPU concurrent ones lose updates.
 # Use `cuda.atomic.add`.
 #
-# The simulator runs threads one at a time, so a missing atomic rarely shows there; the tests count your atomic additions instead, and on a GPU they count the lost updates.
+# The simulator runs threads one at a time, so a missing atomic rarely shows there; in the simulator the tests trace your kernel instead: every value needs an atomic addition, and no plain write to global memory is allowed (each would race on a GPU). On a GPU they count the lost updates too.
 # About 2 lines.
 
 # %% nbgrader={"grade_id": "histogram_kernel", "solution": true}
@@ -213,12 +213,16 @@ def histogram_kernel(values, bins):
 def check_histogram(n, n_bins, blocks, threads):
     values = rng.integers(0, n_bins, n).astype(np.int32)
     bins = np.zeros(n_bins, dtype=np.int32)
-    with sim.record_kernel_calls() as calls:
+    with sim.record_kernel_calls() as calls, sim.trace() as t:
         histogram_kernel[blocks, threads](values, bins)
     check.assert_equal(bins.tolist(), np.bincount(values, minlength=n_bins).tolist(),
                        name=f"histogram of {n} values in {n_bins} bins ({blocks} blocks × {threads} threads)")
     if calls.available:
         assert calls["atomic.add"] >= n, f"expected an atomic addition per value ({n}), counted {calls['atomic.add']}"
+        # A race shows only on a GPU; in the simulator, a plain write is the evidence (the tracer tells atomics apart).
+        plain = t.requests("global", "store")
+        assert not plain, (f"{len(plain)} plain writes to global memory (line: {plain[0].source}): threads updating "
+                           "the same bin at once lose updates on a GPU; update bins with cuda.atomic.add only")
 
 
 check_histogram(500, 10, 2, 64)
