@@ -83,3 +83,23 @@ def even_odd_padded(x, out, busywork):
         out[i] = acc * 2
     else:
         out[i] = acc + 1
+
+
+@cuda.jit
+def shift_through_shared(out, barrier):
+    """Each thread writes its word, then reads its neighbour's: a race unless a barrier separates them."""
+    words = cuda.shared.array(32, np.float32)
+    t = cuda.threadIdx.x
+    words[t] = t
+    if barrier:
+        cuda.syncthreads()
+    out[t] = words[(t + 1) % 32]
+
+
+@cuda.jit
+def everyone_writes_one_word(out):
+    """Every thread writes the same shared word: a write-write race (a barrier after it does not help)."""
+    word = cuda.shared.array(1, np.float32)
+    word[0] = cuda.threadIdx.x
+    cuda.syncthreads()
+    out[cuda.threadIdx.x] = word[0]

@@ -54,6 +54,10 @@ VARIANTS_02 = {
         "@cuda.jit\ndef histogram_kernel(values, bins):\n"
         "    for i in range(cuda.grid(1), values.size, cuda.gridsize(1)):\n        bins[values[i]] += 1\n"
     ), "test_histogram", "atomic addition per value"),
+    # No barrier between loading the block's values and adding them up: the simulator may still get the sums right
+    # (the race is read from the barriers, whatever order the threads ran in), a GPU would not.
+    "no_barrier": ("block_sum_kernel", lambda given: given.replace("    cuda.syncthreads()\n    step = SUM_BLOCK // 2", "    step = SUM_BLOCK // 2", 1),
+                   "test_block_sum", "shared-memory races"),
     # A race the simulator hides: enough atomic additions are counted (on a bin's own value, adding 0), but the real
     # updates are plain read-modify-writes that lose counts on a GPU. The tracer tells atomics from plain writes.
     "atomics_elsewhere": ("histogram_kernel", (
@@ -95,6 +99,9 @@ VARIANTS_03 = {
     # The padded tile's shape as an expression: fine in the simulator, rejected by every GPU compiler.
     "shape_expression": ("transpose_tiled", lambda given: given.replace("(TILE, TILE_PADDED)", "(TILE, TILE + 1)"),
                          ("test_transpose_correct", "test_transpose_traced"), "cannot see as constant"),
+    # No barrier between filling the tile and reading it transposed: a race, found in the trace whatever the output.
+    "no_barrier": ("transpose_tiled", lambda given: given.replace("    cuda.syncthreads()\n", "", 1),
+                   "test_transpose_traced", "shared-memory races"),
     # Behaves differently when watched: does nothing while a tracer is installed. Not CUDA: the grader refuses its
     # source (a module other than math/numpy/numba) before anything runs; the traced launch's output is checked too.
     "watched": ("transpose_tiled", lambda given: "import sys\n\n" + given.replace(
@@ -149,6 +156,9 @@ VARIANTS_04 = {
         "            v = x[i]\n            for _ in range(EXPENSIVE_STEPS):\n                v = v * HALF + ONE\n"
         "            out[i] = v\n        else:\n            out[i] = -x[i]\n"
     ), "test_uniform_traced", "split their lanes"),
+    # The tree without its barriers: each step reads words other threads write in the same step.
+    "no_barrier": ("sum_kernel", lambda given: given.replace("        cuda.syncthreads()\n        step //= 2", "        step //= 2", 1),
+                   "test_sum_traced", "shared-memory races"),
     # Diluted: the divergent kernel behind uniform busywork (a loop every lane runs) lifts the SIMT efficiency,
     # a mean over every issued line, to 0.905; every warp still splits its lanes between the paths.
     "padded_divergent": ("activate_uniform", (

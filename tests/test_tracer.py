@@ -175,6 +175,33 @@ def test_atomics_are_their_own_kind_of_access(simulated_cuda):
     assert len(t.requests("global", "load")) == 2  # values[...], once per warp; the atomic's own read is not a load
 
 
+def test_shared_memory_races_are_found_whatever_order_the_threads_ran_in(simulated_cuda):
+    """Two threads on one shared word between the same barriers, one writing, is a race on a GPU;
+    the simulator may still compute the right answer, so the tracer reads it from the barriers."""
+    from sim_kernels import everyone_writes_one_word, read_tile_column, shift_through_shared
+
+    out = np.zeros(32, np.float32)
+    with sim.trace() as racy:
+        shift_through_shared[1, 32](out, False)
+    assert racy.race_count() == 32 and {r.kind for r in racy.races()} == {"read-write"}
+    assert racy.races()[0].first == "words[t] = t" and racy.races()[0].second == "out[t] = words[(t + 1) % 32]"
+    assert "read-write race on shared byte" in racy.races()[0].describe()
+    with sim.trace() as synced:
+        shift_through_shared[1, 32](out, True)
+    np.testing.assert_array_equal(out, (np.arange(32) + 1) % 32)
+    assert synced.races() == [] and synced.race_count() == 0
+    with sim.trace() as clash:
+        everyone_writes_one_word[2, 32](out)
+    assert clash.race_count() == 2 and {r.kind for r in clash.races()} == {"write-write"}  # once per block
+    with sim.trace() as tile:
+        read_tile_column[1, 32](out, 32)
+    assert tile.race_count() == 0
+    with sim.trace() as copy:
+        pass
+    copy.absorb(racy.export())  # as the grader reads a kernel runner's trace
+    assert copy.races() == racy.races() and copy.race_count() == 32
+
+
 def test_wavefronts_add_up_each_requests_conflict_degree(simulated_cuda):
     from sim_kernels import copy_strided, read_shared_words
 

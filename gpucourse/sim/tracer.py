@@ -89,6 +89,24 @@ class Request:
         return memory.bank_conflict_degree(a // memory.BANK_BYTES for a in self.addresses)
 
 
+@dataclass(frozen=True)
+class Race:
+    """Two threads of one block touching the same shared-memory word between the same two
+    barriers, at least one of them writing: a data race on a GPU, whatever order the simulator ran them in."""
+
+    block: tuple
+    address: int  # byte offset in the block's shared memory
+    kind: str  # "write-write" or "read-write"
+    first: str  # the source line of a write
+    second: str  # the source line of the other access
+
+    def describe(self) -> str:
+        return f"{self.kind} race on shared byte {self.address} in block {self.block}: `{self.first}` and `{self.second}`"
+
+
+MAX_RACES_KEPT = 20  # a racy kernel races everywhere: a few examples and the count are enough
+
+
 class Trace(Observer):
     """What the kernels launched in a :func:`trace` block did, warp by warp."""
 
@@ -99,6 +117,9 @@ class Trace(Observer):
         self._lines = []  # (block, warp, lane, site, occurrence)
         self._requests: list[Request] = []
         self._issues: list[tuple] = []  # (block, warp, site, active lanes)
+        self._shared = []  # (block, thread, barriers passed, kind, site, address) of every plain shared access
+        self._races: list[Race] = []
+        self._race_count = 0
         self.notes: list[str] = []
 
     # -- instrumentation --------------------------------------------------------------------
@@ -111,7 +132,8 @@ class Trace(Observer):
                        for name in ("__getitem__", "__setitem__")]
         self._saved.append((kernelapi.FakeCUDAShared, "array", kernelapi.FakeCUDAShared.array))
         self._saved.append((simulated.FakeCUDAKernel, "__call__", simulated.FakeCUDAKernel.__call__))
-        original_get, original_set, original_shared, original_launch = (saved[2] for saved in self._saved)
+        self._saved.append((simulated.BlockThread, "syncthreads", simulated.BlockThread.syncthreads))
+        original_get, original_set, original_shared, original_launch, original_barrier = (saved[2] for saved in self._saved)
 
         def global_get(array, index):
             value = original_get(array, index)
@@ -134,10 +156,15 @@ class Trace(Observer):
                     for tracer in open_observers(Trace.kind):
                         tracer._finish()
 
+        def barrier(thread):
+            _STATE.passed_barrier()
+            return original_barrier(thread)
+
         devicearray.FakeWithinKernelCUDAArray.__getitem__ = global_get
         devicearray.FakeWithinKernelCUDAArray.__setitem__ = global_set
         kernelapi.FakeCUDAShared.array = shared_array
         simulated.FakeCUDAKernel.__call__ = launch
+        simulated.BlockThread.syncthreads = barrier
         _STATE.reset()
         threading.settrace(_thread_tracer)
 
@@ -160,12 +187,45 @@ class Trace(Observer):
                                               tuple(lane for lane, _ in lanes), tuple(a for _, a in lanes), itemsize))
                 if space == "shared" and itemsize != memory.BANK_BYTES:
                     self._note(f"bank conflicts are modelled for 4-byte elements; {itemsize}-byte shared accesses are not counted")
+        if self._shared:
+            self._find_races()
         if self._lines:
             slots = defaultdict(set)
             for block, warp, lane, site, occurrence in self._lines:
                 slots[(block, warp, site, occurrence)].add(lane)
             self._lines = []
             self._issues += [(block, warp, site[1], len(lanes)) for (block, warp, site, _), lanes in slots.items()]
+
+    def _find_races(self) -> None:
+        """Shared words that two threads touched between the same barriers, one of them writing."""
+        words = defaultdict(lambda: (defaultdict(set), defaultdict(set)))  # -> (writers, readers): thread -> sites
+        for block, thread, barriers, kind, site, address in self._shared:
+            writers, readers = words[(block, barriers, address)]
+            (writers if kind == "store" else readers)[thread].add(site)
+        self._shared = []
+        for (block, _, address), (writers, readers) in words.items():
+            if not writers:
+                continue
+            writer, written_at = next(iter(writers.items()))
+            other = next((sites for thread, sites in writers.items() if thread != writer), None)
+            kind = "write-write"
+            if other is None:
+                kind, other = "read-write", next((sites for thread, sites in readers.items() if thread != writer), None)
+            if other is None:
+                continue
+            self._race_count += 1
+            if len(self._races) < MAX_RACES_KEPT:
+                self._races.append(Race(block, address, kind, _source(min(written_at)), _source(min(other))))
+
+    def races(self) -> list[Race]:
+        """Shared-memory data races of the traced launches (at most a few examples: see :meth:`race_count`)."""
+        self._finish()
+        return list(self._races)
+
+    def race_count(self) -> int:
+        """How many shared words raced (each counted once per block and barrier interval)."""
+        self._finish()
+        return self._race_count
 
     def _note(self, note: str) -> None:
         if note not in self.notes:
@@ -287,7 +347,8 @@ class Trace(Observer):
         return {"requests": [[r.space, r.kind, r.source, r.line, list(r.block), r.warp, list(r.lanes), list(r.addresses), r.itemsize]
                              for r in self._requests],
                 "issues": [[list(block), warp, line, lanes] for block, warp, line, lanes in self._issues],
-                "notes": list(self.notes)}
+                "notes": list(self.notes),
+                "races": [[list(r.block), r.address, r.kind, r.first, r.second] for r in self._races], "race_count": self._race_count}
 
     def absorb(self, data) -> None:
         self._finish()
@@ -295,6 +356,9 @@ class Trace(Observer):
             self._requests.append(Request(str(space), str(kind), str(source), int(line), tuple(block), int(warp),
                                           tuple(int(lane) for lane in lanes), tuple(int(a) for a in addresses), int(itemsize)))
         self._issues += [(tuple(block), int(warp), int(line), int(lanes)) for block, warp, line, lanes in data["issues"]]
+        self._races += [Race(tuple(block), int(address), str(kind), str(first), str(second))
+                        for block, address, kind, first, second in data["races"]][:MAX_RACES_KEPT - len(self._races)]
+        self._race_count += int(data["race_count"])
         for note in data["notes"]:
             self._note(str(note))
 
@@ -343,6 +407,13 @@ class _State:
                 self.shared_bases[id(owner)] = start
                 self.shared_end = start + owner.nbytes
             return self.shared_bases[id(owner)]
+
+    def passed_barrier(self) -> None:
+        self.local.barriers = self.barriers() + 1
+
+    def barriers(self) -> int:
+        """How many times the running simulated thread has passed cuda.syncthreads()."""
+        return getattr(self.local, "barriers", 0)
 
     def occurrence(self, key) -> int:
         counts = getattr(self.local, "counts", None)
@@ -401,8 +472,11 @@ def _record(space: str, kind: str, array: np.ndarray, index) -> None:
     site = _site(frame)
     occurrence = _STATE.occurrence((space, kind, site))
     event = (*position, space, kind, site, occurrence, base + offset, array.itemsize)
+    shared = (position[0], position[1] * simt.WARP_SIZE + position[2], _STATE.barriers(), kind, site, base + offset)
     for tracer in open_observers(Trace.kind):
         tracer._accesses.append(event)
+        if space == "shared" and kind != "atomic":  # atomic updates of one word do not race with each other
+            tracer._shared.append(shared)
 
 
 def _site(frame) -> tuple:
