@@ -4,8 +4,9 @@ As root on Linux (the usual grading box or CI), the worker runs:
 
 * in new mount, network and PID namespaces (``unshare``): no network, and a kill of the
   worker's init process kills everything the student's code started (fork bombs included);
-* with the course's private paths (``solutions/``, the gradebook, other submissions) covered
-  by empty file systems, so they cannot be read or written even by path;
+* in a root of its own (``chroot``) that holds only the system folders, the interpreter and
+  the course's packages (read-only) and the submission's folder: the course,
+  other submissions, other copies of the course and the grader's home do not exist there;
 * as an unprivileged user id of its own (``setpriv``), under resource limits (``prlimit``):
   address space, processes, file size, no core dumps.
 
@@ -114,7 +115,7 @@ def _signal(pid: int, signal_number: int) -> None:
 @functools.lru_cache(maxsize=1)
 def namespaces_available() -> bool:
     """Root, unshare and setpriv present, and unshare actually allowed here."""
-    if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("setpriv") and shutil.which("prlimit")):
+    if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("setpriv") and shutil.which("prlimit") and _chroot()):
         return False
     probe = subprocess.run(["unshare", "--mount", "--net", "--pid", "--fork", "true"], capture_output=True)
     return probe.returncode == 0
@@ -189,18 +190,41 @@ def _apply_rlimits(limits: Limits, address_space: int | None) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
 
 
+# The system's own folders, seen read-only: programs and libraries (the interpreter's shared
+# libraries, CUDA's driver on a GPU grader) and configuration; nothing of a course lives there.
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+NEW_ROOT = Path("/mnt/sandbox-root")  # built on a private tmpfs, in the worker's mount namespace only
+
+
 def _namespaced(command: list[str], workdir: Path, limits: Limits, hidden_paths) -> list[str]:
-    """Wrap ``command`` in unshare + mounts + prlimit + setpriv, as a shell script."""
+    """Wrap ``command`` in unshare + a root of its own + prlimit + setpriv, as a shell script.
+
+    The worker's file system is an allow-list: a fresh root holding the system folders and
+    the interpreter, its packages and the course's packages (all read-only), the submission's
+    folder, an empty /tmp and /dev/shm it cannot write, /dev and a /proc of its own PID namespace. Nothing
+    else of the machine exists there: not the course, not a second copy of it, not the
+    grader's home. ``hidden_paths`` are hidden again should one lie inside what is kept.
+    """
     uid = FIRST_SANDBOX_UID + os.getpid() % 100_000
     os.chown(workdir, uid, uid)
-    # Bind mounts are parked on a private tmpfs at /mnt, which nothing below hides.
-    staging = Path("/mnt")
-    script = ["set -e", "mount --make-rprivate /", "mount -t tmpfs -o size=1m,mode=0755 tmpfs /mnt"]
-    script += _reachable_interpreter_mounts(staging)
-    # What the worker needs stays visible even inside a hidden folder (a clone under /tmp).
-    keep = [workdir, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), *_package_dirs(), *_interpreter_folders()]
-    for path in hidden_paths:
-        script += _hide(Path(path).resolve(), keep=keep, staging=staging)
+    root = shlex.quote(str(NEW_ROOT))
+    script = ["set -e", "mount --make-rprivate /", "mount -t tmpfs -o size=1m,mode=0755 tmpfs /mnt",
+              f"mkdir -p {root}", f"mount -t tmpfs -o size=16m,mode=0755 tmpfs {root}"]
+    # A private /tmp first: the interpreter, its packages or the submission's folder may live inside it.
+    # It and /dev/shm are not writable by the student (TMPDIR is their own folder): nothing to fill, no channel.
+    script += [f"mkdir -p {root}/tmp {root}/proc {root}/dev", f"mount -t tmpfs -o size=1m,mode=0755 tmpfs {root}/tmp",
+               f"mount --rbind /dev {root}/dev", f"mount -t tmpfs -o size=1m,mode=0755 tmpfs {root}/dev/shm",
+               f"mount -t proc proc {root}/proc"]
+    for folder in SYSTEM_FOLDERS:
+        script += _show(Path(folder), read_only=True)
+    for kept in _outermost(_kept_for_the_interpreter()):
+        script += _show(kept, read_only=True)
+    script += _show(workdir, read_only=False)
+    shown = [Path(folder) for folder in SYSTEM_FOLDERS] + _kept_for_the_interpreter()
+    for path in map(Path, hidden_paths):
+        path = path.resolve()
+        if path.exists() and any(path.is_relative_to(folder) for folder in shown) and not workdir.is_relative_to(path):
+            script += _cover(NEW_ROOT / path.relative_to("/"), is_file=path.is_file())
     address_space = _address_space_limit(limits)
     limited = [
         "prlimit", *([f"--as={address_space}"] if address_space else []), f"--nproc={limits.processes}",
@@ -209,10 +233,51 @@ def _namespaced(command: list[str], workdir: Path, limits: Limits, hidden_paths)
         "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--pdeathsig=KILL", "--",
         *command,
     ]
-    script.append("exec " + shlex.join(limited))
+    script.append(f"exec {shlex.quote(_chroot())} {root} /bin/sh -c {shlex.quote(f'cd {shlex.quote(str(workdir))} && exec ' + shlex.join(limited))}")
     # unshare dies with the grading process (a killed pool process leaves no worker running on).
     return ["setpriv", "--pdeathsig=KILL", "--", "unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "--",
             "/bin/sh", "-c", "\n".join(script)]
+
+
+def _chroot() -> str | None:
+    """The chroot program (often in an sbin folder, outside a user's PATH)."""
+    return shutil.which("chroot", path=os.pathsep.join(["/usr/sbin", "/sbin", "/usr/bin", "/bin", os.environ.get("PATH", "")]))
+
+
+def _kept_for_the_interpreter() -> list[Path]:
+    """What the worker's Python needs: its environment, the base installation, every folder on
+    the way from ``sys.executable`` to the real interpreter, and the course's packages."""
+    return [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), *_interpreter_folders(), *_package_dirs()]
+
+
+def _outermost(paths: list[Path]) -> list[Path]:
+    """The paths that no other path of the list contains (binding those shows the rest)."""
+    unique = list(dict.fromkeys(paths))
+    return [path for path in unique if not any(other != path and path.is_relative_to(other) for other in unique)]
+
+
+def _show(path: Path, *, read_only: bool) -> list[str]:
+    """Mount commands that make ``path`` appear at the same place under the new root."""
+    if not os.path.lexists(path):
+        return []
+    inside = NEW_ROOT / path.relative_to("/")
+    if path.is_symlink() and path.parent == Path("/"):  # merged /usr: /bin -> usr/bin
+        return [f"ln -s {shlex.quote(os.readlink(path))} {shlex.quote(str(inside))}"]
+    if path.is_dir():
+        lines = [f"mkdir -p {shlex.quote(str(inside))}"]
+    else:
+        lines = [f"mkdir -p {shlex.quote(str(inside.parent))}", f"touch {shlex.quote(str(inside))}"]
+    lines.append(f"mount --rbind {shlex.quote(str(path.resolve()))} {shlex.quote(str(inside))}")
+    if read_only:
+        lines.append(f"mount -o remount,bind,ro {shlex.quote(str(inside))}")
+    return lines
+
+
+def _cover(path: Path, *, is_file: bool) -> list[str]:
+    """Mount commands that make ``path`` (already under the new root) empty."""
+    if is_file:
+        return [f"mount --bind /dev/null {shlex.quote(str(path))}"]
+    return [f"mount -t tmpfs -o size=1m,mode=0755 tmpfs {shlex.quote(str(path))}"]
 
 
 def _interpreter_folders() -> list[Path]:
@@ -237,35 +302,3 @@ def _package_dirs() -> list[Path]:
     import gpucourse
 
     return [Path(module.__file__).resolve().parent for module in (autograder, gpucourse)]
-
-
-def _hide(path: Path, *, keep: list[Path], staging: Path) -> list[str]:
-    """Mount commands that make ``path`` empty in the worker's view, but for the ``keep`` paths inside it."""
-    if not path.exists():
-        return []
-    if path.is_file():
-        return [f"mount --bind /dev/null {shlex.quote(str(path))}"]
-    inside = [kept for kept in dict.fromkeys(keep) if kept != path and kept.is_relative_to(path) and kept.exists()]
-    saved = {kept: staging / f"kept-{abs(hash((path, kept)))}" for kept in inside}
-    lines = []
-    for kept, parked in saved.items():
-        lines += [f"mkdir -p {shlex.quote(str(parked))}", f"mount --bind {shlex.quote(str(kept))} {shlex.quote(str(parked))}"]
-    lines.append(f"mount -t tmpfs -o size=1m,mode=0755 tmpfs {shlex.quote(str(path))}")
-    for kept, parked in saved.items():
-        lines += [f"mkdir -p {shlex.quote(str(kept))}", f"mount --bind {shlex.quote(str(parked))} {shlex.quote(str(kept))}"]
-    return lines
-
-
-def _reachable_interpreter_mounts(staging: Path) -> list[str]:
-    """Let the sandbox user reach the interpreter when one of its ancestors is private (e.g. /root, mode 700).
-
-    Inside the worker's mount namespace only: the private folder is hidden like any other,
-    keeping the interpreter's tree, so what is left of it is traversable.
-    """
-    private = {}  # private ancestor -> the child on the way to the interpreter
-    for target in (Path(os.path.realpath(sys.executable)), Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()):
-        for ancestor in reversed(target.parents):
-            if ancestor != Path("/") and not os.stat(ancestor).st_mode & 0o001:
-                private.setdefault(ancestor, ancestor / target.relative_to(ancestor).parts[0])
-                break
-    return [line for ancestor, child in private.items() for line in _hide(ancestor, keep=[child], staging=staging)]

@@ -435,6 +435,13 @@ if _leaks:
 SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 
 
+def planted_copies(token: str) -> list[Path]:
+    """Where the test plants a copy of the hidden tests before grading: a second copy of the course
+    elsewhere on the machine, and one in the grader's home (an instructor's other checkout)."""
+    relative = Path("solutions") / ASSIGNMENT / f"{ASSIGNMENT}.py"
+    return [Path("/opt") / f"adversarial-course-{token}" / relative, Path.home() / f"adversarial-course-{token}" / relative]
+
+
 def probe_paths(course_root: Path, submissions_dir: Path, token: str) -> dict[str, dict]:
     """What the two snooping students try: private course paths, and paths outside the course."""
     solutions = course_root / "solutions" / ASSIGNMENT
@@ -447,8 +454,9 @@ def probe_paths(course_root: Path, submissions_dir: Path, token: str) -> dict[st
             list_siblings=True,
         ),
         "outside": dict(
-            # The installed autograder's own repository (here: this checkout) and shared scratch space.
-            paths_to_read=[REPO_ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.py", REPO_ROOT / "gradebook.db"],
+            # The installed autograder's own repository (here: this checkout), copies of the course
+            # elsewhere (planted by the test), and shared scratch space.
+            paths_to_read=[REPO_ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.py", REPO_ROOT / "gradebook.db", *planted_copies(token)],
             paths_to_write=[Path(folder) / f"adversarial-probe-{token}" for folder in SHARED_WRITABLE],
         ),
     }

@@ -339,13 +339,19 @@ def main_run(tmp_path_factory):
     repo_before = repo_digests()
     course_before = file_digests(course / "solutions", course / "nbgrader_config.py")
     probes = [Path(folder) / f"adversarial-probe-{token}" for folder in adv.SHARED_WRITABLE]
+    planted = adv.planted_copies(token)
     try:
+        for copy in planted:
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(adv.REPO_ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.py", copy)
         run = grade(root, students, course=course)
         run.extra["probes_found"] = [str(p) for p in probes if p.exists()]
     finally:
         for probe in probes:
             with contextlib.suppress(OSError):
                 probe.unlink()
+        for copy in planted:
+            shutil.rmtree(copy.parents[2], ignore_errors=True)
     run.extra.update(repo_before=repo_before, course_before=course_before, students=students)
     return run
 
@@ -449,6 +455,8 @@ def test_sandbox_hides_the_course_and_other_submissions(main_run):
 
 @needs_namespaces
 def test_sandbox_hides_everything_outside_the_submission(main_run):
+    """Not only the course's private paths: the sandbox is an allow-list, so a second copy of the
+    course elsewhere on the machine and one in the grader's home are not there either."""
     leaks = [note for note in main_run.reports["snooping_outside"].notes if adv.LEAK_MARKER in note]
     assert leaks == [] and main_run.extra['probes_found'] == [], (leaks, main_run.extra['probes_found'])
 
