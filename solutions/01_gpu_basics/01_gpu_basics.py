@@ -39,6 +39,8 @@ print(f"Running on {gpucourse.describe()} (device class {gpucourse.device_class(
 # - call `fn(*args)` `warmup` times without timing (those calls pay one-time costs),
 # - then time each of the next `repeats` calls separately with `time.perf_counter()`,
 # - and return the **median** of those times, in seconds, as a `float`.
+#   With an odd number of repeats that is the middle time once sorted; with an even number, the **mean of the two middle times** (what `statistics.median` returns).
+#   Not the lower or the upper of the two: `torch.median` returns the lower, `sorted(times)[len(times) // 2]` the upper, and both are marked wrong for an even count.
 #
 # GPU work is asynchronous: a call returns once its kernels are queued, not when they finish.
 # When CUDA is in use (`torch.cuda.is_available()`), call `torch.cuda.synchronize()` before starting and before stopping the clock.
@@ -95,6 +97,13 @@ assert 0.0015 < seconds < 0.05, f"warm-up calls slept 0.1 s, timed calls 0.002 s
 fn, calls = sleeper([0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001])
 time_call(fn)
 assert len(calls) == 13, f"by default (warmup=3, repeats=10) fn should be called 13 times, was called {len(calls)}"
+
+# An even number of repeats: 2, 10, 90 and 300 ms once sorted, so the median is (10 + 90) / 2 = 50 ms.
+# The middle times are far apart, so the lower (10 ms) and the upper (90 ms) stay outside the window on a busy machine too.
+fn, calls = sleeper([0.09, 0.002, 0.3, 0.01])
+seconds = time_call(fn, warmup=0, repeats=4)
+assert 0.035 < seconds < 0.065, (f"times of 90, 2, 300 and 10 ms: the median of an even count is the mean of the two middle ones, "
+                                 f"(10 + 90) / 2 = 50 ms, got {seconds * 1e3:.1f} ms")
 ### BEGIN HIDDEN TESTS
 # The median, not the mean: one slow outlier among five repeats must not move it.
 fn, calls = sleeper([0.002, 0.002, 0.002, 0.15, 0.002, 0.002])
@@ -108,10 +117,11 @@ seconds = time_call(fn, 1, 2, warmup=0, repeats=1)
 assert calls == [(1, 2)], f"warmup=0, repeats=1 should call fn once with (1, 2), got {calls}"
 assert 0.015 < seconds < 0.5, f"expected about 0.02 s, got {seconds:.4f}"
 
-# An even number of repeats: the median is the mean of the two middle times.
-fn, calls = sleeper([0.002, 0.002, 0.04, 0.04])
-seconds = time_call(fn, warmup=0, repeats=4)
-assert 0.015 < seconds < 0.039, f"median of [2, 2, 40, 40] ms should be about 21 ms, got {seconds * 1e3:.1f} ms"
+# Six repeats (2, 4, 20, 80, 150, 300 ms once sorted): the mean of the two middle times, (20 + 80) / 2 = 50 ms;
+# the lower middle (20), the upper middle (80) and the mean of all (93) are each 15 ms or more outside the window.
+fn, calls = sleeper([0.08, 0.3, 0.002, 0.15, 0.02, 0.004])
+seconds = time_call(fn, warmup=0, repeats=6)
+assert 0.035 < seconds < 0.065, f"median of 6 times (2, 4, 20, 80, 150, 300 ms) should be (20 + 80) / 2 = 50 ms, got {seconds * 1e3:.1f} ms"
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade_id": "test_time_call_sync", "grade": true, "points": 1} tags=["requires-gpu"]
@@ -173,6 +183,10 @@ torch.manual_seed(0)
 x = torch.randn(5, 3, device=DEVICE)
 y = torch.randn(7, 3, device=DEVICE)
 check.assert_close(pairwise_sq_dists(x, y), reference_sq_dists(x, y), rtol=1e-4, atol=1e-4, name="pairwise_sq_dists(x (5, 3), y (7, 3))")
+# The same shapes again with other values: a result kept from an earlier call of that shape is wrong.
+x2, y2 = torch.randn(5, 3, device=DEVICE), torch.randn(7, 3, device=DEVICE)
+check.assert_close(pairwise_sq_dists(x2, y2), reference_sq_dists(x2, y2), rtol=1e-4, atol=1e-4,
+                   name="pairwise_sq_dists on new (5, 3) and (7, 3) points, the shapes of the previous call")
 
 same = torch.randn(4, 2, device=DEVICE)
 diagonal = torch.diagonal(pairwise_sq_dists(same, same))
@@ -180,10 +194,11 @@ assert bool((diagonal.abs() < 1e-5).all()), f"a point's distance to itself shoul
 assert bool((pairwise_sq_dists(x, y) >= 0).all()), "squared distances can never be negative"
 ### BEGIN HIDDEN TESTS
 for shape_x, shape_y in [((1, 3), (6, 3)), ((6, 1), (4, 1)), ((1, 1), (1, 1)), ((33, 17), (9, 17))]:
-    x = torch.randn(*shape_x, device=DEVICE) * 10
-    y = torch.randn(*shape_y, device=DEVICE) * 10
-    check.assert_close(pairwise_sq_dists(x, y), reference_sq_dists(x, y), rtol=1e-4, atol=1e-2,
-                       name=f"pairwise_sq_dists(x {shape_x}, y {shape_y})")
+    for draw in ("first", "second"):  # twice per shape, other values each time
+        x = torch.randn(*shape_x, device=DEVICE) * 10
+        y = torch.randn(*shape_y, device=DEVICE) * 10
+        check.assert_close(pairwise_sq_dists(x, y), reference_sq_dists(x, y), rtol=1e-4, atol=1e-2,
+                           name=f"pairwise_sq_dists(x {shape_x}, y {shape_y}), {draw} draw")
 
 x64 = torch.randn(8, 5, dtype=torch.float64, device=DEVICE)
 y64 = torch.randn(3, 5, dtype=torch.float64, device=DEVICE)

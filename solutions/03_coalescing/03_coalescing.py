@@ -445,15 +445,16 @@ def drift_soa(fields, dt, steps):
 """drift_soa returns drift_aos's results, on the structure-of-arrays layout."""
 
 
-def check_drift(n, dt, steps):
+def check_drift(n, dt, steps, what="particles"):
     particles = random_particles(n)
     fields = np.ascontiguousarray(particles.T)
     expected = drift_aos(particles.copy(), dt, steps).T
     result = drift_soa(fields, dt, steps)
-    check.assert_close(result, np.ascontiguousarray(expected), rtol=1e-5, atol=1e-5, name=f"{n} particles after {steps} steps")
+    check.assert_close(result, np.ascontiguousarray(expected), rtol=1e-5, atol=1e-5, name=f"{n} {what} after {steps} steps")
 
 
 check_drift(1000, np.float32(0.01), 5)
+check_drift(1000, np.float32(0.01), 5, what="new particles of the same shape")  # a result kept from the previous call is wrong
 ### BEGIN HIDDEN TESTS
 check_drift(1, np.float32(0.5), 1)
 check_drift(777, np.float32(0.001), 0)

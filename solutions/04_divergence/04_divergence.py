@@ -427,6 +427,7 @@ def check_soft_clip(x, name):
 
 
 check_soft_clip(np.linspace(-5, 5, 101), "101 points on [-5, 5]")
+check_soft_clip(np.linspace(-7, 3, 101), "101 other points, on [-7, 3]")  # the same shape, other values: nothing kept from the last call
 check_soft_clip(np.array([-2.0, 2.0, 0.0]), "the boundaries")
 ### BEGIN HIDDEN TESTS
 check_soft_clip(rng.standard_normal(1000) * 4, "1000 random points")

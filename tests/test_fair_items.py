@@ -1,0 +1,124 @@
+"""Fair correctness items (issue 12): graded for what their prompt asks, and not fooled by a cache.
+
+Each variant replaces one answer cell of a module's reference solution and is graded by the
+trusted harness on just the items it feeds, twice: with the source's tests (hidden ones
+included, as an instructor grades) and with the release's (the visible tests a student's
+self-check runs), so a student learns of the fault before handing in. A wrong answer must fail
+exactly the items named, each message holding its reason; a correct one must pass them.
+"""
+
+import nbformat
+import pytest
+
+import adversarial
+from autograder import harness, skeleton
+from course_helpers import release, source
+
+pytestmark = pytest.mark.slow
+
+def median_as(expression: str):
+    """An edit of the reference's time_call: it returns ``expression`` (of its sorted ``times``) as the median."""
+    return lambda given: "import statistics\n\n" + given.replace("    return float(median)", f"    return {expression}", 1)
+
+
+EVEN_MEDIAN = "mean of the two middle ones"  # the visible test's message, which the self-check shows
+# Right for the visible test's four repeats only: the hidden tests try six.
+RIGHT_FOR_FOUR = "float(statistics.median(times) if len(times) == 4 else sorted(times)[{index}])"
+SIX_REPEATS = {"hidden": "median of 6 times", "visible": None}
+
+# Right for every new shape, then the first result of that shape forever after.
+CACHE_BY_SHAPE_01 = """
+_kept = {}
+
+
+def pairwise_sq_dists(x, y):
+    key = (tuple(x.shape), tuple(y.shape), x.dtype)
+    if key not in _kept:
+        squares = (x * x).sum(dim=1, keepdim=True) + (y * y).sum(dim=1)
+        _kept[key] = (squares - 2 * x @ y.T).clamp_min(0)
+    return _kept[key]
+"""
+CACHE_BY_SHAPE_03 = """
+_kept = {}
+
+
+def drift_soa(fields, dt, steps):
+    if fields.shape not in _kept:
+        position, velocity = fields[0:3], fields[3:6]
+        for _ in range(steps):
+            velocity[2] -= GRAVITY * dt
+            position += velocity * dt
+        _kept[fields.shape] = fields.copy()
+    fields[...] = _kept[fields.shape]
+    return fields
+"""
+CACHE_BY_SHAPE_04 = """
+_kept = {}
+
+
+def soft_clip(x):
+    if x.shape not in _kept:
+        knee = x * (1.0 - np.abs(x) / 4.0)
+        _kept[x.shape] = np.where(x < -2.0, -1.0, np.where(x <= 2.0, knee, 1.0 + 0.01 * (x - 2.0)))
+    return _kept[x.shape].copy()
+"""
+
+# variant: (module, answer cell, its code, {item it feeds: reason it fails, or None where it must pass});
+# a reason may depend on whose tests grade it ({"hidden": ..., "visible": ...}).
+VARIANTS = {
+    # The three conventions for an even number of repeats: the spec asks for the mean of the two middle times.
+    "time_call_lower_middle": ("01_gpu_basics", "time_call", median_as("float(torch.median(torch.tensor(times)))"),
+                               {"test_time_call": EVEN_MEDIAN}),
+    "time_call_upper_middle": ("01_gpu_basics", "time_call", median_as("float(sorted(times)[len(times) // 2])"),
+                               {"test_time_call": EVEN_MEDIAN}),
+    "time_call_statistics_median": ("01_gpu_basics", "time_call", median_as("float(statistics.median(times))"),
+                                    {"test_time_call": None}),
+    "time_call_lower_middle_past_four": ("01_gpu_basics", "time_call", median_as(RIGHT_FOR_FOUR.format(index="(len(times) - 1) // 2")),
+                                         {"test_time_call": SIX_REPEATS}),
+    "time_call_upper_middle_past_four": ("01_gpu_basics", "time_call", median_as(RIGHT_FOR_FOUR.format(index="len(times) // 2")),
+                                         {"test_time_call": SIX_REPEATS}),
+    # The speed item checks one fresh call, then every timed output: the kept results fail there.
+    "cache_by_shape_01": ("01_gpu_basics", "pairwise_sq_dists", CACHE_BY_SHAPE_01,
+                          {"test_pairwise_correct": "the shapes of the previous call", "test_pairwise_speed": "a timed output"}),
+    "cache_by_shape_03": ("03_coalescing", "drift_soa", CACHE_BY_SHAPE_03, {"test_drift_soa_correct": "new particles of the same shape"}),
+    "cache_by_shape_04": ("04_divergence", "soft_clip", CACHE_BY_SHAPE_04, {"test_soft_clip_correct": "101 other points"}),
+}
+TESTS = {"hidden": source, "visible": release}  # whose test cells grade the answer
+
+
+def graded(variant: str, tests: str, tmp_path) -> dict[str, tuple[str, str]]:
+    """grade_id -> (outcome, message) for ``variant``'s items, graded with the ``tests`` notebook's test cells."""
+    module, cell, code, items = VARIANTS[variant]
+    tests_nb, student_nb = (nbformat.read(notebook, as_version=4) for notebook in (TESTS[tests](module), source(module)))
+    if callable(code):  # an edit of the reference's answer
+        [given] = [c.source for c in student_nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == cell]
+        code = code(given)
+        assert code != given, "the edit no longer applies to the reference: update the variant"
+    student_nb = adversarial.with_cell(student_nb, cell, code)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    result = harness.grade(skeleton.make_plan(tests_nb, student_nb), workdir, only=set(items))
+    return {item.grade_id: (item.outcome, item.message) for item in result.items}
+
+
+@pytest.mark.parametrize("tests", sorted(TESTS))
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_variant_is_graded_as_the_spec_says(variant, tests, tmp_path):
+    items = VARIANTS[variant][3]
+    results = graded(variant, tests, tmp_path)
+    assert set(results) == set(items), results
+    wrong = {}
+    for grade_id, reason in items.items():
+        reason = reason[tests] if isinstance(reason, dict) else reason
+        outcome, message = results[grade_id]
+        if (outcome == "passed") != (reason is None) or (reason is not None and reason not in message):
+            wrong[grade_id] = f"expected {'passed' if reason is None else f'failed with {reason!r}'}, got {outcome}: {message[:300]}"
+    assert wrong == {}, wrong
+
+
+def test_spec_pins_the_median_of_an_even_count():
+    """The time_call question says which value an even number of repeats gives, in the release students read."""
+    notebook = nbformat.read(release("01_gpu_basics"), as_version=4)
+    [prompt] = [cell.source for cell in notebook.cells if cell.cell_type == "markdown" and "Write `time_call(" in cell.source]
+    assert "even number, the **mean of the two middle times**" in prompt, prompt
+    assert "`statistics.median`" in prompt and "`torch.median` returns the lower" in prompt, prompt
