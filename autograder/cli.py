@@ -4,7 +4,8 @@
     autograder grade ASSIGNMENT SUBMISSIONS    grade a folder or an LMS .zip, in parallel (--jobs N);
                                                --student NAME and --only ITEM narrow it (repeatable)
     autograder feedback ASSIGNMENT             HTML feedback per student (visible tests only)
-    autograder export [--to grades.csv]        grades for your LMS
+    autograder export [--to grades.csv]        grades for your LMS (empty where nothing was handed in;
+                                               `pending` lists items awaiting hand grading or a GPU regrade)
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from .outcomes import Outcome
 from .sandbox import Limits
 
 
-def main(argv: list[str] | None = None) -> int:
+def make_parser() -> argparse.ArgumentParser:
+    """The CLI's arguments (the README's instructor commands are checked against this parser)."""
     parser = argparse.ArgumentParser(prog="autograder", description=__doc__.splitlines()[0])
     parser.add_argument("--course", type=Path, default=build.REPO_ROOT, help="course root (default: this repository)")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -45,8 +47,11 @@ def main(argv: list[str] | None = None) -> int:
 
     export = commands.add_parser("export", help="export the gradebook as CSV")
     export.add_argument("--to", default="grades.csv", help="output file (default grades.csv)")
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
     course = args.course.resolve()
     try:
         if args.command == "release":
@@ -57,15 +62,23 @@ def main(argv: list[str] | None = None) -> int:
             run_nbgrader("generate_feedback", args.assignment, "--force", root=course, database=course / "gradebook.db")
             print(f"feedback written to {course / 'feedback'}/<student>/{args.assignment}/")
             return 0
-        run_nbgrader("export", f"--CsvExportPlugin.to={args.to}", root=course, database=course / "gradebook.db")
-        print(f"grades exported to {Path(args.to) if Path(args.to).is_absolute() else course / args.to}")
-        return 0
+        return _export(course, Path(args.to))
     except (NbgraderError, build.BuildError, FileNotFoundError, ValueError) as error:
         print(f"autograder {args.command}: {error}", file=sys.stderr)
         return 1
     except GradingStopped as error:
         print(f"autograder {args.command}: stopped, nothing was graded or recorded: {error}", file=sys.stderr)
         return 3
+
+
+def _export(course: Path, to: Path) -> int:
+    from .export import export_grades
+
+    to = to if to.is_absolute() else course / to
+    rows = export_grades(course, to)
+    print(f"grades exported to {to}: {rows} row(s), one per student and assignment; "
+          "an empty score means nothing was handed in, `pending` lists items still to grade")
+    return 0
 
 
 def _release(course: Path, assignment: str | None) -> int:

@@ -2,6 +2,7 @@
 
 import json
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -83,3 +84,123 @@ def test_the_python_code_is_lint_clean():
         pytest.skip("ruff is not installed in this environment (make install brings it)")
     done = subprocess.run([str(ruff), "check", "--no-cache", str(REPO_ROOT)], capture_output=True, text=True, cwd=REPO_ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-1000:]
+
+
+# --- The README's instructor section, followed literally ------------------------------------------
+
+
+def _instructor_section() -> str:
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = re.search(r"^## For instructors.*?(?=^## )", readme, re.MULTILINE | re.DOTALL)
+    assert section, "the README has a '## For instructors' section"
+    return section.group(0)
+
+
+def _instructor_commands() -> list[list[str]]:
+    """Each line of the instructor section's fenced shell blocks, as the shell splits it (comments dropped)."""
+    blocks = re.findall(r"^```(?:bash|sh|shell|console)\n(.*?)^```", _instructor_section(), re.MULTILINE | re.DOTALL)
+    commands = [shlex.split(line, comments=True) for block in blocks for line in block.splitlines()]
+    return [argv for argv in commands if argv]
+
+
+def _autograder_args(argv: list[str]) -> list[str] | None:
+    """The arguments of an ``autograder ...`` or ``python -m autograder ...`` line; None for another program."""
+    if argv[0] == "autograder":
+        return argv[1:]
+    if Path(argv[0]).name.startswith("python") and argv[1:3] == ["-m", "autograder"]:
+        return argv[3:]
+    return None
+
+
+def _check_autograder_command(args: list[str], capsys) -> None:
+    """The CLI's own parser accepts the whole line (subcommand and options), and ``SUBCOMMAND --help`` exits 0."""
+    from autograder import cli
+
+    parser = cli.make_parser()
+    try:
+        parsed = parser.parse_args(args)
+    except SystemExit as error:
+        pytest.fail(f"`autograder {shlex.join(args)}` is not a valid command line: {capsys.readouterr().err.strip()} (exit {error.code})")
+    with pytest.raises(SystemExit) as done:
+        parser.parse_args([parsed.command, "--help"])
+    assert done.value.code == 0, f"`autograder {parsed.command} --help` exited with {done.value.code}"
+    assert Path(sys.executable).with_name("autograder").exists(), "the `autograder` script is not installed in this environment"
+
+
+def _check_nbgrader_command(args: list[str]) -> None:
+    from nbgrader.apps.nbgraderapp import NbGraderApp
+
+    known = {name: description for name, (_app, description) in NbGraderApp.subcommands.items()}
+    assert args and args[0] in known, f"`nbgrader {shlex.join(args)}`: the installed nbgrader has no subcommand {args[:1]}; it has {sorted(known)}"
+    assert not known[args[0]].strip().startswith("DEPRECATED"), f"`nbgrader {args[0]}` is deprecated: {known[args[0]].strip()}"
+
+
+def _check_jupyter_command(args: list[str]) -> None:
+    jupyter = Path(sys.executable).with_name("jupyter")
+    done = subprocess.run([str(jupyter), args[0], "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"`jupyter {args[0]} --help` exited with {done.returncode}: {done.stderr[-500:]}"
+
+
+def test_readme_instructor_commands_exist(capsys):
+    """Every command line of the instructor section names a command the installed tools have:
+    ``autograder``'s parser accepts the whole line, ``nbgrader X`` is a subcommand of the installed
+    nbgrader (not deprecated), ``jupyter X --help`` exits 0. Any other program fails the test."""
+    commands = _instructor_commands()
+    assert len(commands) >= 5, f"expected the release/grade/feedback/export/formgrader commands, found {commands}"
+    for argv in commands:
+        autograder_args = _autograder_args(argv)
+        if autograder_args is not None:
+            _check_autograder_command(autograder_args, capsys)
+        elif argv[0] == "nbgrader":
+            _check_nbgrader_command(argv[1:])
+        elif argv[0] == "jupyter":
+            _check_jupyter_command(argv[1:])
+        else:
+            pytest.fail(f"the README's instructor section runs {shlex.join(argv)!r}: this test does not know how to check {argv[0]!r}")
+
+
+def test_readme_formgrader_route_is_installed():
+    """The README sends instructors to JupyterLab's Nbgrader → Formgrader: nbgrader's formgrader server
+    extension and its JupyterLab extension (which adds the menu) are installed and enabled."""
+    section = _instructor_section()
+    assert "Nbgrader** menu" in section and "**Formgrader**" in section, "the README names the menu route to the Formgrader"
+    jupyter = str(Path(sys.executable).with_name("jupyter"))
+    server = subprocess.run([jupyter, "server", "extension", "list"], capture_output=True, text=True, timeout=120)
+    lab = subprocess.run([jupyter, "labextension", "list"], capture_output=True, text=True, timeout=120)
+    listed = re.sub(r"\x1b\[[0-9;]*m", "", server.stdout + server.stderr + lab.stdout + lab.stderr)  # without colours
+    assert re.search(r"nbgrader\.server_extensions\.formgrader\s+enabled", listed), listed[-2000:]
+    assert re.search(r"@jupyter/nbgrader v\S+ enabled", listed), listed[-2000:]
+
+
+def _instructor_data_paths() -> set[str]:
+    """Where the instructor section puts student work and grades: the folders its ``autograder grade``
+    lines read, the files its ``export`` lines write, the per-student folders it says the tools
+    write (``feedback/<student>/...``), and the ``.db``/``.csv`` files it names."""
+    from autograder import cli
+
+    paths = set()
+    for argv in _instructor_commands():
+        args = _autograder_args(argv)
+        if args is None:
+            continue
+        parsed = cli.make_parser().parse_args(args)
+        if parsed.command == "grade":
+            paths.add(f"{parsed.submissions}/")
+        elif parsed.command == "export":
+            paths.add(parsed.to)
+    section = _instructor_section()
+    paths |= set(re.findall(r"[\w.-]+/<student>/[^\s`]*", section))
+    paths |= set(re.findall(r"`([\w.-]+\.(?:db|csv))`", section))
+    return paths
+
+
+def test_student_work_and_grades_named_in_the_readme_are_git_ignored():
+    paths = _instructor_data_paths()
+    tops = {path.split("/")[0] for path in paths}
+    assert {"submissions", "autograded", "feedback", "gradebook.db", "grades.csv"} <= tops, f"the README's paths were not all found: {paths}"
+    for path in sorted(paths):
+        example = path.replace("<student>", "alice").replace("<assignment>", "01_gpu_basics")
+        if example.endswith("/"):
+            example += "alice/01_gpu_basics.ipynb"
+        done = subprocess.run(["git", "check-ignore", "--quiet", example], cwd=REPO_ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, f"{example} (the README's {path}) is not git-ignored: an instructor could commit it ({done.stderr.strip()})"
