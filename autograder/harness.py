@@ -17,6 +17,7 @@ import builtins
 import contextlib
 import io
 import itertools
+import re
 import time
 import types
 from dataclasses import asdict, dataclass, field
@@ -32,7 +33,7 @@ from gpucourse.kernel_source import KernelCompileError, KernelSource
 from . import kernel_gate, protocol, sandbox
 from .clock import FairClock
 from .outcomes import Outcome
-from .skeleton import Plan, TestItem
+from .skeleton import CellOrigin, Plan, TestItem, defined_names
 
 
 class GraderError(Exception):
@@ -94,8 +95,10 @@ class SubmissionResult:
 class StudentWorker:
     """A student's worker process with their code loaded; restarted after a crash or time-out."""
 
-    def __init__(self, cells: list[str], workdir: Path, limits: sandbox.Limits, hidden_paths, clock=None, compiler_required: bool = True):
+    def __init__(self, cells: list[str], workdir: Path, limits: sandbox.Limits, hidden_paths, clock=None, compiler_required: bool = True,
+                 origins: list[CellOrigin] = ()):
         self.cells, self.workdir, self.limits, self.hidden_paths = cells, workdir, limits, hidden_paths
+        self.origins = list(origins)  # where each cell comes from, for notes the student can act on
         # Without NVIDIA's compiler a grader must stop (see GraderError); a student's self-check goes on with a note.
         self.compiler_required = compiler_required
         self.compiled: dict[tuple, object] = {}  # (kernel, signature) -> its CompileReport, once per submission
@@ -105,6 +108,8 @@ class StudentWorker:
         self.skipped: set[int] = set()
         self.retried: set[int] = set()
         self.load_notes: list[str] = []
+        self.missing_because: dict[str, str] = {}  # a name a failed cell should have defined -> why it is missing
+        self.failed_answers: dict[str, str] = {}  # a question whose answer cell failed -> how
         self.process: sandbox.WorkerProcess | None = None
         self.callbacks: dict[int, object] = {}
         self._ids = itertools.count()
@@ -154,7 +159,9 @@ class StudentWorker:
                     self.stop()
                     break
                 if reply[0] == "raise":
-                    self._note(f"your code cell {index + 1} raised {_first_line(reply[2])}")
+                    error = _first_line(reply[2])
+                    self._note(f"{self._label(index)} raised {error}")
+                    self._explain_missing(index, f"raised earlier: {self._label(index)}: {error}")
 
     def _start(self) -> None:
         """Start a worker and wait for it to say it is ready, before any student code runs.
@@ -182,7 +189,36 @@ class StudentWorker:
     def _skip(self, index: int, failure: Exception) -> None:
         """Skip this cell from now on; what depends on it will fail on its own."""
         self.skipped.add(index)
-        self._note(f"your code cell {index + 1} {_failure_text(failure)}; it was skipped")
+        self._note(f"{self._label(index)} {_failure_text(failure)}; it was skipped")
+        self._explain_missing(index, f"{_failure_text(failure)} and was skipped: {self._label(index)}")
+
+    def _label(self, index: int) -> str:
+        """A cell as the student finds it in their notebook (see :class:`~autograder.skeleton.CellOrigin`)."""
+        return self.origins[index].label if index < len(self.origins) else f"your code cell {index + 1}"
+
+    def _explain_missing(self, index: int, why: str) -> None:
+        """Remember why the names cell ``index`` should define are missing: a test's NameError names its cause."""
+        origin = self.origins[index] if index < len(self.origins) else CellOrigin("")
+        for name in (*origin.defines, *defined_names(self.cells[index])):
+            self.missing_because.setdefault(name, why)
+        if origin.question:
+            self.failed_answers.setdefault(origin.question, why)
+
+    def name_error_cause(self, message: str, question: str | None = None) -> str:
+        """For a NameError's message: " — the cell that defines it raised earlier: ...", or "" when no failed cell explains it.
+
+        The cell is found by the names it should define; failing that (the released stub of an answer
+        defines nothing, and a self-check has no other notebook to learn the names from), by the
+        test's question, whose answer cell failed.
+        """
+        match = re.search(r"name '(\w+)' is not defined", message)
+        if not match:
+            return ""
+        if match.group(1) in self.missing_because:
+            return f" — the cell that defines it {self.missing_because[match.group(1)]}"
+        if question in self.failed_answers:
+            return f" — the cell that should define it {self.failed_answers[question]}"
+        return ""
 
     def _note(self, note: str) -> None:
         if note not in self.load_notes:  # a restart runs the same cells again
@@ -491,7 +527,7 @@ def grade(plan: Plan, workdir: Path, limits: sandbox.Limits = sandbox.Limits(), 
     started = time.monotonic()
     workers: list[StudentWorker] = []
     clock = FairClock(lambda: [pid for w in workers for pid in w.pids()])
-    worker = StudentWorker(plan.student_cells, workdir, limits, list(hidden_paths), clock, compiler_required)
+    worker = StudentWorker(plan.student_cells, workdir, limits, list(hidden_paths), clock, compiler_required, plan.cell_origins)
     reference_dir = workdir.parent / f"{workdir.name}.reference"
     reference_dir.mkdir(exist_ok=True)
     reference = StudentWorker(plan.context, reference_dir, limits, list(hidden_paths), clock)
@@ -543,14 +579,16 @@ def _trusted_namespace(plan: Plan, notes: list[str]) -> dict:
             with contextlib.redirect_stdout(io.StringIO()):
                 exec(compile(source, f"<setup cell {index + 1}>", "exec"), namespace)  # noqa: S102 - instructor's code
         except Exception as error:  # noqa: BLE001
-            notes.append(f"setup cell {index + 1} raised {type(error).__name__} in the grader: {error}")
+            where = plan.context_origins[index].label if index < len(plan.context_origins) else f"setup cell {index + 1}"
+            notes.append(f"{where} raised {type(error).__name__} in the grader: {error}")
     return namespace
 
 
 def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, reference: StudentWorker,
                 limits: sandbox.Limits, notebook_deadline: float) -> ItemResult:
     if item.requires_gpu and devices.device_class() != "cuda":
-        return ItemResult(item.grade_id, item.points, Outcome.NEEDS_GPU, 0.0, "needs a GPU: regrade this item on a CUDA machine")
+        return ItemResult(item.grade_id, item.points, Outcome.NEEDS_GPU, 0.0,
+                          "needs a GPU: not graded on this machine (no score, not a 0); regrade this item on a CUDA machine")
     # The student's code loads (or reloads after a crash) before the item's clock starts:
     # each cell has its own limit, and a slow or runaway cell must not cost the item its time.
     worker.ensure_started()
@@ -582,4 +620,6 @@ def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, r
         text = _first_line(str(error)) or "test failed"
         outcome, score = Outcome.FAILED, 0.0
         message = text if getattr(error, "from_student", False) else f"{type(error).__name__}: {text}"
+        if isinstance(error, NameError):  # most often a name an earlier cell should have defined, had it run
+            message += worker.name_error_cause(text, item.question)
     return ItemResult(item.grade_id, item.points, outcome, score, message, output.getvalue()[-2000:], time.monotonic() - started)

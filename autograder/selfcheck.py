@@ -3,6 +3,8 @@
 The notebook's visible tests run the way the autograder runs them: the student's code in a
 separate process, the tests and their clocks outside it. It prints, question by question,
 what passed and what did not, with measured against required speed for speed items.
+On a machine without a GPU, GPU-only items are not run: they are not counted in the score
+(which is out of what this machine can grade) nor in the exit status.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from .outcomes import Outcome
 
 
 def run_check(notebook_path: Path) -> int:
-    """Check one notebook; 0 when every visible test passed, 1 when one did not, 2 when it could not run."""
+    """Check one notebook; 0 when every visible test this machine can run passed, 1 when one did not, 2 when it could not run."""
     try:
         notebook = nbformat.read(notebook_path, as_version=4)
     except (OSError, ValueError) as error:
@@ -38,18 +40,20 @@ def run_check(notebook_path: Path) -> int:
             print(f"the check itself failed (not your code): {error}\n{error.log}", file=sys.stderr)
             return 2
     print(report(result))
-    return 0 if all(item.outcome == Outcome.PASSED for item in result.items) else 1
+    return 0 if all(item.outcome in (Outcome.PASSED, Outcome.NEEDS_GPU) for item in result.items) else 1
 
 
 def report(result: harness.SubmissionResult) -> str:
     lines = [f"{'question':<24} {'points':>6}  result"]
-    for item in result.items:
-        points = f"{item.score:g}/{item.points:g}"
-        label = item.outcome.label
-        detail = (item.message or _speed_line(item.output) or "").removeprefix(f"{label}: ")
-        lines.append(f"{item.grade_id:<24} {points:>6}  {label}{': ' + detail if detail else ''}")
-    total = sum(item.points for item in result.items)
-    lines.append(f"{'total (visible tests)':<24} {result.score:g}/{total:g}  measured on {result.device}")
+    lines += [_row(item) for item in result.items]
+    waiting = sum(item.points for item in result.items if item.outcome == Outcome.NEEDS_GPU)
+    gradable = sum(item.points for item in result.items if item.outcome != Outcome.NEEDS_GPU)
+    total = f"{'total (visible tests)':<24} {result.score:g}/{gradable:g}"
+    if waiting:
+        lines.append(f"{total}  on this machine ({result.device}); {waiting:g} more {_points(waiting)} "
+                     "will be graded on a GPU (not counted here)")
+    else:
+        lines.append(f"{total}  measured on {result.device}")
     lines += [f"note: {note}" for note in result.notes]
     lines += kernel_table(result.kernels)
     lines.append("Grading also runs hidden tests (other shapes, dtypes, edge cases): passing here is necessary, not sufficient.")
@@ -67,6 +71,20 @@ def kernel_table(kernels: list[dict]) -> list[str]:
                      f"{kernel['spill_bytes']:>9} {kernel['float64_instructions']:>11}")
         lines += [f"  warning ({kernel['kernel']}): {warning}" for warning in kernel["warnings"]]
     return lines
+
+
+def _row(item: harness.ItemResult) -> str:
+    if item.outcome == Outcome.NEEDS_GPU:
+        # Not a lost point: this machine cannot run the item, so it is left out of the score here.
+        return (f"{item.grade_id:<24} {'-':>6}  not counted on this machine: it needs a GPU "
+                f"and will be graded on one ({item.points:g} {_points(item.points)})")
+    label = item.outcome.label
+    detail = (item.message or _speed_line(item.output) or "").removeprefix(f"{label}: ")
+    return f"{item.grade_id:<24} {f'{item.score:g}/{item.points:g}':>6}  {label}{': ' + detail if detail else ''}"
+
+
+def _points(points: float) -> str:
+    return "point" if points == 1 else "points"
 
 
 def _speed_line(output: str) -> str:

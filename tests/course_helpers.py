@@ -64,7 +64,7 @@ class Facts:
     items: tuple[skeleton.TestItem, ...]  # the autograded test cells, in order
     manual: tuple[str, ...]  # answers an instructor grades by hand
     kernel_module: bool  # a solution writes a @cuda.jit kernel
-    hidden_lines: tuple[str, ...]  # lines of hidden tests that appear nowhere in the release
+    hidden_lines: tuple[str, ...]  # lines of hidden tests that appear nowhere else (not in the release, not in the solutions)
 
     @property
     def total(self) -> float:
@@ -91,11 +91,12 @@ def facts(assignment: str) -> Facts:
     manual = tuple(cell.metadata["nbgrader"]["grade_id"] for cell in notebook.cells
                    if cell.metadata.get("nbgrader", {}).get("grade") and cell.metadata["nbgrader"].get("solution"))
     kernel_module = any(skeleton.is_solution(cell) and "@cuda.jit" in cell.source for cell in notebook.cells)
-    released = "\n".join(cell.source for cell in nbformat.read(release(assignment), as_version=4).cells)
-    hidden = [line.strip() for block in HIDDEN_BLOCK.findall("\n".join(cell.source for cell in notebook.cells))
-              for line in block.splitlines()]
+    whole = "\n".join(cell.source for cell in notebook.cells)
+    # What a student's page may show anyway: the release, and (for the reference) the solutions.
+    visible = "\n".join(cell.source for cell in nbformat.read(release(assignment), as_version=4).cells) + HIDDEN_BLOCK.sub("", whole)
+    hidden = [line.strip() for block in HIDDEN_BLOCK.findall(whole) for line in block.splitlines()]
     # Short lines ("else:", "return n") can legitimately recur in visible code: only telling ones count.
-    hidden_lines = tuple(dict.fromkeys(line for line in hidden if len(line) > 12 and line not in released))
+    hidden_lines = tuple(dict.fromkeys(line for line in hidden if len(line) > 12 and line not in visible))
     assert all(REQUIRES_GPU in item.tags for item in plan.items if item.requires_gpu)
     return Facts(assignment, tuple(plan.items), manual, kernel_module, hidden_lines)
 

@@ -33,7 +33,12 @@ def _page_text(path) -> str:
 # Module content the checks below also look for, beyond what they derive from the notebooks:
 # what the self-check says about a question of the untouched release, and of the reference
 # (per device class), and fragments of hidden tests that feedback must not show.
-RELEASE_ROWS = {"01_gpu_basics": {"test_pairwise_speed": "FAILED: pairwise_sq_dists raised NotImplementedError"}}
+RELEASE_ROWS = {
+    "01_gpu_basics": {"test_pairwise_speed": "FAILED: pairwise_sq_dists raised NotImplementedError"},
+    # Question 7's answer cell raises as released: the test's NameError names that cell (by question and grade_id) as its cause.
+    "02_architecture": {"test_launch_choice": "NameError: name 'best_block_size' is not defined — the cell that should define it raised earlier: "
+                                              "the answer cell (Question 7, grade_id launch_choice): NotImplementedError: replace this line"},
+}
 SOLUTION_ROWS = {"01_gpu_basics": {"test_pairwise_speed": {"cpu": "(needed 4×)", "cuda": "(needed 10×)"}}}
 HIDDEN_FRAGMENTS = {"01_gpu_basics": ("non-contiguous inputs", "x64")}
 
@@ -91,26 +96,55 @@ class Grade:
         for grade_id in expected.gpu_items if not on_gpu() else ():
             assert grade_id in alice, f"the GPU-only item {grade_id} is listed for a regrade"
 
-    def test_feedback_shows_visible_tests_only_and_export_has_every_score(self, graded, expected, tmp_path):
+    def test_feedback_shows_visible_tests_only_and_wraps_long_lines(self, graded, expected, tmp_path):
         course = shutil.copytree(graded.course, tmp_path / "course")  # others read the shared course
         assignment = self.module
         assert cli.main(["--course", str(course), "feedback", assignment]) == 0
-        page = course / "feedback" / "bob" / assignment / f"{assignment}.html"
-        feedback = page.read_text()
-        assert "replace this line with your solution" in feedback
-        for hidden in ("BEGIN HIDDEN TESTS", *HIDDEN_FRAGMENTS.get(assignment, ())):
-            assert hidden not in feedback, f"feedback shows hidden test text {hidden!r}"
-        text = _page_text(page)
         visible = [line.strip() for cell in nbformat.read(release(assignment), as_version=4).cells if skeleton.is_test(cell)
                    for line in cell.source.splitlines() if len(line.strip()) > 12]
-        assert any(line in text for line in visible), "the page's text shows the visible tests' code (else the next check proves nothing)"
-        shown = [line for line in expected.hidden_lines if line in text]
-        assert shown == [], f"feedback shows hidden test lines {shown}"
+        for student in ("bob", "alice"):
+            page = course / "feedback" / student / assignment / f"{assignment}.html"
+            feedback = page.read_text()
+            for hidden in ("BEGIN HIDDEN TESTS", *HIDDEN_FRAGMENTS.get(assignment, ())):
+                assert hidden not in feedback, f"{student}'s feedback shows hidden test text {hidden!r}"
+            text = _page_text(page)
+            assert any(line in text for line in visible), "the page's text shows the visible tests' code (else the next check proves nothing)"
+            shown = [line for line in expected.hidden_lines if line in text]
+            assert shown == [], f"{student}'s feedback shows hidden test lines {shown}"
+        assert "replace this line with your solution" in (course / "feedback" / "bob" / assignment / f"{assignment}.html").read_text()
 
-        assert cli.main(["--course", str(course), "export", "--to", str(course / "grades.csv")]) == 0
+        # alice's verdicts (each "passed (graded on <device>)", a speed result, a GPU regrade notice) are
+        # outputs in <pre> blocks: the page's head makes them wrap, not scroll sideways out of sight.
+        alice = (course / "feedback" / "alice" / assignment / f"{assignment}.html").read_text()
+        head, body = alice.split("</head>", 1)
+        wrap = re.search(r"div\.output_subarea pre\s*\{([^}]*)\}", head)
+        assert wrap and re.search(r"white-space:\s*pre-wrap", wrap.group(1)) and "overflow-wrap: anywhere" in wrap.group(1), \
+            "the feedback page's CSS wraps long output lines (autograder/feedback.py, added by nbgrader_config.py)"
+        assert re.search(r'class="output_subarea[^"]*">\s*<pre>\s*passed \(graded on ', body), "alice's verdicts are output <pre> blocks"
+
+    def test_export_leaves_ungraded_cells_empty_and_names_pending_items(self, graded, expected, tmp_path):
+        """No 0.0 where nothing was handed in (an LMS would take it as a grade); `pending` names what
+        still waits for a person (written answers) or a GPU regrade (GPU-only items on a CPU grader)."""
+        from autograder.nbgrader_cli import open_gradebook
+
+        course = shutil.copytree(graded.course, tmp_path / "course")  # others read the shared course
+        with open_gradebook(course) as gradebook:
+            gradebook.update_or_create_assignment("99_later")  # released, nobody has handed it in yet
+            gradebook.update_or_create_student("carol")  # has handed in nothing at all
+        assert cli.main(["--course", str(course), "export", "--to", "grades.csv"]) == 0
         with open(course / "grades.csv") as handle:
-            rows = {row["student_id"]: float(row["raw_score"]) for row in csv.DictReader(handle)}
-        assert rows == {"alice": expected.full_marks(on_gpu()), "bob": 0.0}
+            rows = {(row["assignment"], row["student_id"]): row for row in csv.DictReader(handle)}
+        assert set(rows) == {(assignment, student) for assignment in (self.module, "99_later") for student in ("alice", "bob", "carol")}
+        gpu = on_gpu()
+        assert float(rows[self.module, "alice"]["raw_score"]) == expected.full_marks(gpu)
+        assert float(rows[self.module, "bob"]["raw_score"]) == 0.0
+        not_handed_in = [key for key in rows if key[0] == "99_later" or key[1] == "carol"]
+        for key in not_handed_in:
+            scores = {column: rows[key][column] for column in ("timestamp", "raw_score", "late_submission_penalty", "score", "pending")}
+            assert set(scores.values()) == {""}, f"{key}: nothing was handed in, so nothing is scored: {scores}"
+        awaiting = {f"{grade_id} (to grade by hand)" for grade_id in expected.manual}
+        awaiting |= set() if gpu else {f"{grade_id} (GPU regrade)" for grade_id in expected.gpu_items}
+        assert set(filter(None, rows[self.module, "alice"]["pending"].split("; "))) == awaiting, rows[self.module, "alice"]
 
     def test_gpu_only_items_wait_for_a_gpu_regrade(self, graded, expected):
         from nbgrader.api import Gradebook
@@ -151,11 +185,17 @@ class Grade:
         returncode = student_cli.main(["check", str(tmp_path / "mine.ipynb")])
         printed = capsys.readouterr().out
         assert len(calls) == 1
-        assert returncode == (0 if gpu or not expected.gpu_items else 1), printed
-        assert f"total (visible tests)    {expected.full_marks(gpu):g}/{expected.total:g}" in printed
+        assert returncode == 0, f"everything this machine can grade passed: GPU-only items do not fail a CPU check\n{printed}"
+        # Out of what this machine can grade; GPU-only items are named as not counted, never as lost points.
+        assert f"total (visible tests)    {expected.full_marks(gpu):g}/{expected.full_marks(gpu):g}  " in printed, printed
+        waiting = expected.total - expected.full_marks(gpu)
+        assert (f"; {waiting:g} more point" in printed and "will be graded on a GPU (not counted here)" in printed) == bool(waiting), printed
         for item in expected.items:
             row = _row(printed, item.grade_id)
-            assert ("needs a GPU" if item.requires_gpu and not gpu else "passed") in row, row
+            if item.requires_gpu and not gpu:
+                assert row.split()[1] == "-" and "not counted on this machine: it needs a GPU and will be graded on one" in row, row
+            else:
+                assert row.split()[1] == f"{item.points:g}/{item.points:g}" and "passed" in row, row
             if "assert_speedup" in item.source and (gpu or not item.requires_gpu):
                 assert "× faster" in row and "(needed " in row, f"the speed item's row shows measured and required speed: {row}"
         assert ("your kernels, compiled by NVIDIA's compiler for A100 (sm_80" in printed) == expected.kernel_module, printed
@@ -169,13 +209,16 @@ class Grade:
         gpu = on_gpu()
         for item in expected.items:
             row = _row(printed, item.grade_id)
-            assert ("needs a GPU" if item.requires_gpu and not gpu else "FAILED") in row, row
+            assert ("not counted on this machine" if item.requires_gpu and not gpu else "FAILED") in row, row
             if not (item.requires_gpu and not gpu):
                 assert re.search(r"FAILED: \S", row), f"a failed question says why: {row}"
         for grade_id, expected_text in RELEASE_ROWS.get(self.module, {}).items():
             assert expected_text in _row(printed, grade_id), printed
         assert "raised NotImplementedError" in printed, printed
-        assert f"total (visible tests)    0/{expected.total:g}" in printed
+        # A cell is named as the student finds it (its question and grade_id, or its place among all the
+        # notebook's cells), never by the grader's own count of code cells.
+        assert "code cell" not in printed, printed
+        assert f"total (visible tests)    0/{expected.full_marks(gpu):g}  " in printed, printed
 
 
 one_class_per_module(Grade, ASSIGNMENTS, globals())

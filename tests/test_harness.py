@@ -36,10 +36,60 @@ def test_a_cell_that_timed_out_once_is_run_again_in_a_fresh_worker(tmp_path):
 
 def test_a_cell_that_always_hangs_is_skipped_after_its_second_try(tmp_path):
     (tmp_path / "work").mkdir()
-    result = harness.grade(_plan(HANGS), tmp_path / "work", LIMITS)
+    result = harness.grade(_plan(HANGS + "ANSWER = 42\n"), tmp_path / "work", LIMITS)
     [item] = result.items
-    assert item.outcome == Outcome.FAILED and "ANSWER" in item.message, item
+    assert item.outcome == Outcome.FAILED, item
+    # The test's NameError names the skipped cell as its cause (a plan made by hand has no notebook to point into).
+    assert item.message == ("answer raised NameError: name 'ANSWER' is not defined — the cell that defines it "
+                            "ran past its time limit and was skipped: your code cell 1"), item.message
     assert "your code cell 1 ran past its time limit; it was skipped" in result.notes
+
+
+def _notebook_with_a_raising_answer():
+    """A notebook as JupyterLab shows it: markdown, setup, Question 1 whose answer raises, a plain cell of the student's."""
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    def graded(source, grade_id, **nbgrader):
+        return new_code_cell(source, id=grade_id, metadata={"nbgrader": {"grade_id": grade_id, **nbgrader}})
+
+    return new_notebook(cells=[
+        new_markdown_cell("# Assignment", id="title"),
+        graded("import math", "imports", locked=True),
+        new_markdown_cell("## Question 1: the answer (2 points)", id="q1"),
+        graded("def compute():\n    raise NotImplementedError('replace this line')\n\nANSWER = compute()", "answer", solution=True),
+        graded("assert ANSWER == 42, ANSWER", "test_answer", grade=True, points=2),
+        new_code_cell("SPARE = 1 / 0\n", id="mine"),
+        graded("assert SPARE == 1", "test_spare", grade=True, points=1),
+        new_markdown_cell("## Question 2: a released stub, which defines nothing (1 point)", id="q2"),
+        graded("raise NotImplementedError('replace this line')", "stub", solution=True),
+        graded("assert STUB_VALUE == 1", "test_stub", grade=True, points=1),
+        new_markdown_cell("## Question 3: no answer cell (1 point)", id="q3"),
+        graded("assert UNDEFINED == 1", "test_undefined", grade=True, points=1),
+    ])
+
+
+def test_notes_and_name_errors_name_the_cell_as_the_student_finds_it(tmp_path):
+    """An answer cell by its question and grade_id, any other cell by its place among all cells (markdown
+    included) and first line; a later NameError names the failed cell that should have defined the name."""
+    (tmp_path / "work").mkdir()
+    notebook = _notebook_with_a_raising_answer()
+    result = harness.grade(skeleton.make_plan(notebook, notebook), tmp_path / "work", LIMITS)
+    answer_cell = "the cell defining `compute`, `ANSWER` (Question 1, grade_id answer)"
+    assert result.notes == ["cell 6 of your notebook (`SPARE = 1 / 0`) raised ZeroDivisionError in the grader: division by zero",
+                            f"{answer_cell} raised NotImplementedError: replace this line",
+                            "cell 6 of your notebook (`SPARE = 1 / 0`) raised ZeroDivisionError: division by zero",
+                            "the answer cell (Question 2, grade_id stub) raised NotImplementedError: replace this line"]
+    messages = {item.grade_id: item.message for item in result.items}
+    assert messages == {
+        "test_answer": f"NameError: name 'ANSWER' is not defined — the cell that defines it raised earlier: {answer_cell}: "
+                       "NotImplementedError: replace this line",
+        "test_spare": "NameError: name 'SPARE' is not defined — the cell that defines it raised earlier: "
+                      "cell 6 of your notebook (`SPARE = 1 / 0`): ZeroDivisionError: division by zero",
+        # A self-check of the release cannot know what the stub should define: the question's failed answer is the cause.
+        "test_stub": "NameError: name 'STUB_VALUE' is not defined — the cell that should define it raised earlier: "
+                     "the answer cell (Question 2, grade_id stub): NotImplementedError: replace this line",
+        "test_undefined": "NameError: name 'UNDEFINED' is not defined",  # no cell failed that should define it: nothing to add
+    }
 
 
 def test_only_grades_the_items_named(tmp_path):

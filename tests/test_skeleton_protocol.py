@@ -50,6 +50,28 @@ def test_split_answer_cells_are_kept_in_order_and_missing_answers_noted(source):
     assert empty.notes == ["answer cell 'answer' is missing from the submission"]
 
 
+def test_each_cell_the_worker_runs_is_named_as_the_student_finds_it(source):
+    """Answers by what they define, their question and grade_id; other cells by their place among all the
+    student's cells (markdown included, as JupyterLab counts them) and their first line."""
+    source.cells.insert(1, new_markdown_cell("## Question 1: doubling (3 points)\n\n### A hint", id="q1"))
+    student = new_notebook(cells=[
+        new_markdown_cell("# My notes", id="notes"),
+        _cell("import math", "imports", locked=True),
+        new_markdown_cell("## Question 1: doubling (3 points)", id="q1"),
+        _cell("def f(x):\n    return x + x\n\ndef g(x):\n    return x", "answer", solution=True),
+        _cell("\n# try it out, on a few numbers first, then on a really long list of them\nf(2)", cell_id="mine"),
+    ])
+    plan = skeleton.make_plan(source, student)
+    assert plan.cell_origins == [
+        skeleton.CellOrigin("cell 2 of your notebook (`import math`)"),
+        skeleton.CellOrigin("the cell defining `f`, `g` (Question 1, grade_id answer)", ("f", "g"), "Question 1"),
+        skeleton.CellOrigin("cell 5 of your notebook (`# try it out, on a few numbers first, then on a really long…`)"),
+    ]
+    assert [item.question for item in plan.items] == ["Question 1"], "a test belongs to the question it sits under"
+    source.cells.insert(2, new_markdown_cell("## Background", id="background"))
+    assert skeleton.make_plan(source, student).cell_origins[1].label == "the cell defining `f`, `g` (grade_id answer)"
+
+
 def test_normalized_notebook_has_the_release_cells_with_the_students_answers(source):
     student = new_notebook(cells=[_cell("def f(x):\n    return 0", "answer", solution=True), _cell("x = 1", cell_id="extra")])
     normalized = skeleton.normalized_notebook(source, student)
