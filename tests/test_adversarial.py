@@ -617,13 +617,21 @@ class TestGraderFailures:
         # Names no other test uses: another test's workers (on the other pytest worker) must not look like this pool at work.
         students = {"petra": {f"{ASSIGNMENT}.ipynb": adv.notebook_bytes(adv.reference())},
                     "quinn": {f"{ASSIGNMENT}.ipynb": adv.RELEASE_PATH.read_bytes()}}
+        started = time.time()
         thread, outcome = _grade_in_thread(root=tmp_path, students=students, limits=LIMITS, gradebook=True)
         deadline = time.monotonic() + 300
         while thread.is_alive() and not _pool_processes(working=True) and time.monotonic() < deadline:
             time.sleep(0.1)
+        # The scan that finds leftover sandbox processes must see a worker that is running, or every
+        # "no process outlives grading" check of this file would pass without looking.
+        seen = []
+        while thread.is_alive() and not seen and time.monotonic() < deadline:
+            seen = _sandbox_processes({"petra", "quinn"}, started)
+            time.sleep(0.1)
         killed = _kill_pool_processes()
         thread.join(timeout=600)
         assert killed, f"the test never saw the pool at work: {outcome}"
+        assert seen, "the scan for sandbox processes found no running worker: the leftover checks would prove nothing"
         assert "run" in outcome, outcome.get("error")
         run = outcome["run"]
         check_items(run.reports["petra"], expect())
