@@ -96,11 +96,16 @@ def _compiled_preset(report) -> dict:
     return preset
 
 
+def _counted(count: int, noun: str) -> str:
+    """"1 line", "4 lines"."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
 def coalescing_report(stride: int, offset: int, element_bytes: int, active_lanes: int) -> str:
     addresses = sim.warp_addresses(stride, offset, element_bytes, range(active_lanes))
-    return (f"lane k reads element {offset} + {stride}·k ({element_bytes} B each), {active_lanes} lanes active:\n"
-            f"  {sim.sectors_per_request(addresses, element_bytes)} sectors of 32 B, "
-            f"{sim.lines_per_request(addresses, element_bytes)} lines of 128 B, "
+    return (f"lane k reads element {offset} + {stride}·k ({element_bytes} B each), {_counted(active_lanes, 'lane')} active:\n"
+            f"  {_counted(sim.sectors_per_request(addresses, element_bytes), 'sector')} of 32 B, "
+            f"{_counted(sim.lines_per_request(addresses, element_bytes), 'line')} of 128 B, "
             f"{sim.load_efficiency(addresses, element_bytes):.0%} of the moved bytes used (modelled)")
 
 

@@ -105,13 +105,15 @@ def test_jupyterlab_has_the_widget_extension():
 
 def test_coalescing_explorer_follows_its_controls():
     box = widgets.coalescing_explorer()
-    assert "4 sectors of 32 B" in _printed(box) and "100% of the moved bytes" in _printed(box)
+    assert "4 sectors of 32 B, 1 line of 128 B" in _printed(box) and "100% of the moved bytes" in _printed(box)
     controls = _controls(box)
     controls["stride (elements)"].value = 2
     assert "8 sectors of 32 B" in _printed(box)
     controls["offset (elements)"].value = 1
     controls["stride (elements)"].value = 1
-    assert "5 sectors of 32 B" in _printed(box)
+    assert "5 sectors of 32 B, 2 lines of 128 B" in _printed(box)
+    controls["stride (elements)"].value = 0  # every lane reads one element: one of each, said in the singular
+    assert "1 sector of 32 B, 1 line of 128 B" in _printed(box)
 
 
 def test_divergence_explorer_shows_masks_cycles_and_bad_conditions():
