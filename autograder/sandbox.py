@@ -217,10 +217,11 @@ def _namespaced(command: list[str], workdir: Path, limits: Limits, hidden_paths)
                f"mount -t proc proc {root}/proc"]
     for folder in SYSTEM_FOLDERS:
         script += _show(Path(folder), read_only=True)
-    for kept in _outermost(_kept_for_the_interpreter()):
-        script += _show(kept, read_only=True)
+    kept = _kept_for_the_interpreter()
+    for folder in _outermost(kept):
+        script += _show(folder, read_only=True)
     script += _show(workdir, read_only=False)
-    shown = [Path(folder) for folder in SYSTEM_FOLDERS] + _kept_for_the_interpreter()
+    shown = [Path(folder) for folder in SYSTEM_FOLDERS] + kept
     for path in map(Path, hidden_paths):
         path = path.resolve()
         if path.exists() and any(path.is_relative_to(folder) for folder in shown) and not workdir.is_relative_to(path):

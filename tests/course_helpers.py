@@ -101,6 +101,19 @@ def facts(assignment: str) -> Facts:
     return Facts(assignment, tuple(plan.items), manual, kernel_module, hidden_lines)
 
 
+
+def reference_answered(assignment: str, grade_id: str, code) -> nbformat.NotebookNode:
+    """The reference notebook with its answer cell ``grade_id`` replaced, as a student might have answered:
+    ``code`` is the new source, or a function editing the reference's (then the edit must change something)."""
+    notebook = nbformat.read(source(assignment), as_version=4)
+    [cell] = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+    if callable(code):
+        edited = code(cell.source)
+        assert edited != cell.source, "the edit no longer applies to the reference: update the variant"
+        code = edited
+    cell.source = code
+    return notebook
+
 # --- Scratch courses ---------------------------------------------------------------------------
 
 

@@ -10,9 +10,8 @@ exactly the items named, each message holding its reason; a correct one must pas
 import nbformat
 import pytest
 
-import adversarial
 from autograder import harness, skeleton
-from course_helpers import release, source
+from course_helpers import reference_answered, release, source
 
 pytestmark = pytest.mark.slow
 
@@ -89,12 +88,7 @@ TESTS = {"hidden": source, "visible": release}  # whose test cells grade the ans
 def graded(variant: str, tests: str, tmp_path) -> dict[str, tuple[str, str]]:
     """grade_id -> (outcome, message) for ``variant``'s items, graded with the ``tests`` notebook's test cells."""
     module, cell, code, items = VARIANTS[variant]
-    tests_nb, student_nb = (nbformat.read(notebook, as_version=4) for notebook in (TESTS[tests](module), source(module)))
-    if callable(code):  # an edit of the reference's answer
-        [given] = [c.source for c in student_nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == cell]
-        code = code(given)
-        assert code != given, "the edit no longer applies to the reference: update the variant"
-    student_nb = adversarial.with_cell(student_nb, cell, code)
+    tests_nb, student_nb = nbformat.read(TESTS[tests](module), as_version=4), reference_answered(module, cell, code)
     workdir = tmp_path / "work"
     workdir.mkdir()
     result = harness.grade(skeleton.make_plan(tests_nb, student_nb), workdir, only=set(items))
