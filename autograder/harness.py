@@ -482,8 +482,8 @@ def _rebuild(value):
 
 # A kernel runner's first cell, run before its kernel's source imports numba.cuda: observed launches
 # run in numba's simulator on every grader, so traced and counted items give the same verdict everywhere.
-SIMULATOR_PREAMBLE = 'import os\nos.environ["NUMBA_ENABLE_CUDASIM"] = "1"\n'
 GPU_PREAMBLE = "from gpucourse import kernels\nkernels.use_gpu_or_simulator(verbose=False)\n"
+SIMULATOR_PREAMBLE = 'import os\nos.environ["NUMBA_ENABLE_CUDASIM"] = "1"\n' + GPU_PREAMBLE  # the simulator, as every notebook runs it
 
 
 def _from_student(message: str) -> StudentError:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 # Compiling a kernel as a real GPU would, without one (NVVM and ptxas in a child process);
 # these modules import nothing heavy until a kernel is compiled.
+from . import simulator_blocks
 from .compiler import CompileReport, CompilerMissing, compile_report  # noqa: F401
 from .kernel_source import KernelCompileError, KernelSourceError, kernel_source  # noqa: F401
 
@@ -124,8 +125,11 @@ def use_gpu_or_simulator(verbose: bool = True) -> KernelMode:
 def _choose_mode() -> KernelMode:
     if _numba_cuda_imported():
         simulated = simulator_active()
+        if simulated:
+            simulator_blocks.install()
         return KernelMode(simulated, "numba.cuda was already imported, so this is fixed until the kernel restarts")
     if os.environ.get(SIMULATOR_ENV) == "1":
+        simulator_blocks.install()
         return KernelMode(True, f"{SIMULATOR_ENV}=1 is set")
     visible, reason = _gpu_visible()
     if visible:
@@ -133,6 +137,7 @@ def _choose_mode() -> KernelMode:
         if works:
             return KernelMode(False, "a test kernel ran on the GPU")
     os.environ[SIMULATOR_ENV] = "1"
+    simulator_blocks.install()
     return KernelMode(True, reason + "; keep problem sizes small, every simulated thread is Python")
 
 

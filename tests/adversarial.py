@@ -145,10 +145,15 @@ def pairwise_sq_dists(x, y):
     return ((x[:, None, :] - y[None, :, :]) ** 2).sum(-1)
 """
 
+# A hang in the last item's answer: it costs one item limit (not one per item), and nothing after it needs a new worker.
 INFINITE = """
-def pairwise_sq_dists(x, y):
+def offload_seconds(n, gpu_flops, link_bandwidth, itemsize=4):
     while True:
         pass
+
+
+def crossover_n(cpu_flops, gpu_flops, link_bandwidth, itemsize=4):
+    return 1
 """
 
 SEGFAULT = """
@@ -525,7 +530,7 @@ def hanging_variants() -> dict[str, dict[str, bytes]]:
     """Answers that never return (one also ignores SIGINT and SIGTERM)."""
     ref = reference()
     name = f"{ASSIGNMENT}.ipynb"
-    infinite = with_cell(ref, "pairwise_sq_dists", INFINITE)
+    infinite = with_cell(ref, "offload", INFINITE)
     return {
         "infinite_loop": {name: notebook_bytes(infinite)},
         "ignores_sigint": {name: notebook_bytes(with_extra_cell(infinite, "imports", IGNORE_SIGINT))},

@@ -128,6 +128,9 @@ class Trace(Observer):
         from numba.cuda.simulator import kernelapi
         from numba.cuda.simulator.cudadrv import devicearray
 
+        from .. import simulator_blocks
+
+        simulator_blocks.install()  # before the barrier is wrapped below: stop() puts back what it saved
         self._saved = [(devicearray.FakeWithinKernelCUDAArray, name, getattr(devicearray.FakeWithinKernelCUDAArray, name))
                        for name in ("__getitem__", "__setitem__")]
         self._saved.append((kernelapi.FakeCUDAShared, "array", kernelapi.FakeCUDAShared.array))
