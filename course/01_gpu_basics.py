@@ -295,11 +295,32 @@ print(f"100 MB over the T4's link: {copy_bytes / t4.host_link_bandwidth * 1e3:.1
 #
 # Say the two n×n float32 inputs start on the host and the product is needed back on the host.
 # On the CPU the cost is the compute alone: 2n³ FLOPs at the CPU's rate.
-# Offloaded, it is three steps: send 2 × 4n² bytes, compute 2n³ FLOPs at the GPU's rate, fetch 4n² bytes.
-# The copies grow like n², the compute like n³: for small n the copies dominate and the CPU wins; for large n the GPU's faster compute wins.
+# Offloaded, it is three copies and one launch: send A and B (2 × 4n² bytes), compute 2n³ FLOPs at the GPU's rate, fetch C (4n² bytes).
+# Each step also has a fixed cost, whatever n: about 10 µs per copy over PCIe before its first byte counts, and about 5 µs to launch the kernel and wait for it (`gpu_specs.MATMUL_OFFLOAD_FIXED_SECONDS` adds them up; its sources are cited beside it).
+# The fixed costs and the copies dominate for small n, the compute (growing like n³) for large n: where the GPU's faster compute starts to win depends on both machines.
 #
 # Below, for one specific case, a T4 at its reported FP32 peak and link bandwidth (modelled) against this CPU at its best measured rate.
-# The model is optimistic for both sides: real copies and kernels reach less than the peaks, the CPU's small-n rate is lower than its best, and each GPU call also pays a few microseconds of launch latency.
+# The model is optimistic for both sides: real copies and kernels reach less than the peaks, and the CPU's small-n rate is lower than its best.
+
+# %%
+# The offload model: each copy pays the link's latency before its bytes move, the launch its overhead before its FLOPs.
+def offload_parts(n, spec, itemsize=4):
+    """Modelled seconds to (send A and B, launch and multiply, fetch C) for n x n matrices offloaded to `spec`."""
+    copy_s = gpu_specs.HOST_LINK_LATENCY_SECONDS + n * n * itemsize / spec.host_link_bandwidth
+    return 2 * copy_s, gpu_specs.LAUNCH_OVERHEAD_SECONDS + 2 * n**3 / spec.fp32_flops, copy_s
+
+
+def who_wins(sizes, cpu_s, offload_s, gpu_name):
+    """The sentence the computed times support: from which of `sizes` on offloading wins, if anywhere."""
+    wins = [off < cpu for cpu, off in zip(cpu_s, offload_s)]
+    if all(wins):
+        return f"On this model offloading to the {gpu_name} wins at every n here, from {sizes[0]} to {sizes[-1]}: even its fixed costs take less time than this CPU's matmul."
+    if not wins[-1]:
+        return f"On this model the CPU wins at n = {sizes[-1]}, the largest size here: offloading to the {gpu_name} does not pay in this range."
+    first = len(wins) - wins[::-1].index(False)  # the first size after the last one the CPU wins
+    return (f"On this model the CPU wins below n ≈ {sizes[first]} (it is still faster at n = {sizes[first - 1]}), "
+            f"and offloading to the {gpu_name} wins from n = {sizes[first]} on.")
+
 
 # %%
 # One specific case, row by row: plain arithmetic on the figures above, nothing timed.
@@ -308,21 +329,21 @@ offload_sizes = [64, 128, 256, 512, 1024, 2048, 4096, 10_000]
 cpu_model_s, offload_s = [], []
 for n in offload_sizes:
     cpu_s = 2 * n**3 / cpu_peak
-    send_s = 2 * 4 * n**2 / t4.host_link_bandwidth
-    compute_s = 2 * n**3 / t4.fp32_flops
-    fetch_s = 4 * n**2 / t4.host_link_bandwidth
+    send_s, compute_s, fetch_s = offload_parts(n, t4)
     cpu_model_s.append(cpu_s)
     offload_s.append(send_s + compute_s + fetch_s)
     print(f"{n:6d} | {cpu_s * 1e3:10.3f} | {send_s * 1e3:10.3f} {compute_s * 1e3:10.3f} {fetch_s * 1e3:10.3f} {offload_s[-1] * 1e3:12.3f} | "
           f"{'yes' if offload_s[-1] < cpu_s else 'no'}")
-print(f"CPU column: this CPU's best measured rate ({cpu_peak / 1e9:.0f} GFLOP/s on {cpu_name}); offload columns: modelled for T4 (reported peaks)")
+print(f"CPU column: this CPU's best measured rate ({cpu_peak / 1e9:.0f} GFLOP/s on {cpu_name}); offload columns: modelled for T4 "
+      f"(reported peaks, {t4.host_link}, {gpu_specs.MATMUL_OFFLOAD_FIXED_SECONDS * 1e6:.0f} µs of fixed costs)")
+print(who_wins(offload_sizes, cpu_model_s, offload_s, "T4"))
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 4.2))
 plots.versus_size(ax, cpu_sizes, [2 * n**3 / r for n, r in zip(cpu_sizes, cpu_rates)], label="matmul on this CPU",
                   ylabel="seconds", xlabel="matrix side n", logy=True, color="C0")
 plots.versus_size(ax, offload_sizes, cpu_model_s, label="this CPU at its best measured rate", kind="modelled", color="C0")
-plots.versus_size(ax, offload_sizes, offload_s, label="send + T4 matmul + fetch", kind="modelled", color="C1")
+plots.versus_size(ax, offload_sizes, offload_s, label=f"send + T4 matmul + fetch, {t4.host_link}, fixed costs included", kind="modelled", color="C1")
 if gpucourse.has_gpu():
     # A real round trip on this GPU: copy both inputs over, multiply, bring the product back.
     trip_sizes = [64, 256, 1024, 4096]
@@ -331,7 +352,7 @@ if gpucourse.has_gpu():
         a_host, b_host = torch.randn(n, n), torch.randn(n, n)
         trip_s.append(timing.measure(lambda: (a_host.to(dev) @ b_host.to(dev)).cpu(), min_run_time=0.1).median)
     plots.versus_size(ax, trip_sizes, trip_s, label=f"send + matmul + fetch on {gpucourse.describe()}", color="C3")
-ax.set_title(f"Offloading a matmul: CPU measured on {cpu_name}", fontsize=10)
+ax.set_title(f"Offloading a matmul: CPU rate measured on {cpu_name}, offload modelled for a T4", fontsize=10)
 ax.legend(fontsize=8)
 plt.show()
 
@@ -444,7 +465,7 @@ print("vectorised softmax vs row loop:", result)
 # - Never trust one stopwatch reading: warm up, synchronise the GPU, fix the thread count, repeat and take the median (`timing.measure`).
 # - Compare rates (FLOP/s, GB/s) and ratios, not raw seconds, and say where each number comes from: measured here, reported by someone else, or modelled.
 # - A matmul does 2n³ FLOPs on 12n² bytes; it gets more efficient with size, and only large problems reach a device's best rate.
-# - Copies over the host link grow like n² and compute like n³: offloading pays only above some size, which depends on both devices.
+# - Copies over the host link grow like n² and compute like n³, and every copy and launch has a fixed cost: offloading pays only above some size, which depends on both devices.
 # - Arithmetic intensity places a kernel on the roofline: low-intensity kernels (elementwise ops) are bound by memory, not compute.
 # - Python loops over rows waste most of the time in the interpreter and in launches; vectorise them.
 #

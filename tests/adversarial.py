@@ -147,12 +147,12 @@ def pairwise_sq_dists(x, y):
 
 # A hang in the last item's answer: it costs one item limit (not one per item), and nothing after it needs a new worker.
 INFINITE = """
-def offload_seconds(n, gpu_flops, link_bandwidth, itemsize=4):
+def offload_seconds(n, gpu_flops, link_bandwidth, itemsize=4, fixed_seconds=0.0):
     while True:
         pass
 
 
-def crossover_n(cpu_flops, gpu_flops, link_bandwidth, itemsize=4):
+def crossover_n(cpu_flops, gpu_flops, link_bandwidth, itemsize=4, fixed_seconds=0.0):
     return 1
 """
 
@@ -170,16 +170,16 @@ def pairwise_sq_dists(x, y):
 """
 
 OFFLOAD_EXIT = """
-def offload_seconds(n, gpu_flops, link_bandwidth, itemsize=4):
+def offload_seconds(n, gpu_flops, link_bandwidth, itemsize=4, fixed_seconds=0.0):
     import os
     os._exit(3)
 
 
-def crossover_n(cpu_flops, gpu_flops, link_bandwidth, itemsize=4):
+def crossover_n(cpu_flops, gpu_flops, link_bandwidth, itemsize=4, fixed_seconds=0.0):
     if gpu_flops <= cpu_flops:
         raise ValueError("offloading never pays")
     n = 1
-    while not 3 * n * n * itemsize / link_bandwidth + 2 * n**3 / gpu_flops < 2 * n**3 / cpu_flops:
+    while not fixed_seconds + 3 * n * n * itemsize / link_bandwidth + 2 * n**3 / gpu_flops < 2 * n**3 / cpu_flops:
         n += 1
     return n
 """

@@ -60,3 +60,93 @@ def test_memory_hierarchy_is_ordered_from_fast_and_small_to_slow_and_large():
     assert [low for low, _ in latencies] == sorted(low for low, _ in latencies)
     # 128 bytes per cycle per SM, 108 SMs at 1.41 GHz: about 19.5 TB/s of shared-memory bandwidth.
     assert abs(levels[1].bandwidth - 128 * 108 * 1.41e9) < 1
+
+
+# Dense peaks in TFLOP/s (TOPS for int8) as the datasheets give them, None where the card has no such unit.
+# V100 and T4 print dense figures (no sparsity before Ampere); A100 prints dense | sparse; L4, H100 and H200
+# print only figures with sparsity, halved here (see SPARSE_TFLOPS below).
+DENSE_TFLOPS = {
+    "V100": {"fp32": 15.7, "tf32": None, "bf16": None, "fp16": 125, "fp8": None, "int8": None},
+    "T4": {"fp32": 8.1, "tf32": None, "bf16": None, "fp16": 65, "fp8": None, "int8": 130},
+    "A100": {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312, "fp8": None, "int8": 624},
+    "L4": {"fp32": 30.3, "tf32": 60, "bf16": 121, "fp16": 121, "fp8": 242.5, "int8": 242.5},
+    "H100": {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979, "int8": 1979},
+    "H200": {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979, "int8": 1979},
+}
+# The "with sparsity" figures the datasheets print, in TFLOP/s (TOPS for int8).
+SPARSE_TFLOPS = {
+    "A100": {"tf32": 312, "bf16": 624, "fp16": 624, "int8": 1248},
+    "L4": {"tf32": 120, "bf16": 242, "fp16": 242, "fp8": 485, "int8": 485},
+    "H100": {"tf32": 989, "bf16": 1979, "fp16": 1979, "fp8": 3958, "int8": 3958},
+    "H200": {"tf32": 989, "bf16": 1979, "fp16": 1979, "fp8": 3958, "int8": 3958},
+}
+
+
+def test_the_peak_table_covers_every_card_and_precision():
+    assert set(DENSE_TFLOPS) == set(gpu_specs.GPUS)
+    assert all(set(row) == set(gpu_specs.PRECISION_FIELDS) for row in DENSE_TFLOPS.values())
+
+
+@pytest.mark.parametrize("name", list(DENSE_TFLOPS))
+def test_dense_peaks_are_the_cited_figures(name):
+    spec = gpu_specs.gpu(name)
+    for precision, expected in DENSE_TFLOPS[name].items():
+        stored = getattr(spec, gpu_specs.PRECISION_FIELDS[precision])
+        if expected is None:
+            assert stored is None, f"{name} {precision}: expected no unit (None), got {stored}"
+        else:
+            assert stored == pytest.approx(expected * 1e12, rel=1e-12), f"{name} {precision}: expected {expected} TFLOP/s, got {stored / 1e12}"
+            assert gpu_specs.peak_flops(name, precision) == stored
+
+
+@pytest.mark.parametrize("name", list(SPARSE_TFLOPS))
+def test_dense_peaks_are_half_the_datasheets_sparse_figures(name):
+    for precision, sparse in SPARSE_TFLOPS[name].items():
+        dense = gpu_specs.peak_flops(name, precision)
+        assert 2 * dense == pytest.approx(sparse * 1e12, rel=1e-12), f"{name} {precision}: {dense / 1e12} TFLOP/s is not half of {sparse}"
+
+
+@pytest.mark.parametrize("name", list(gpu_specs.GPUS))
+def test_peaks_are_ordered_by_precision_where_the_card_has_them(name):
+    peaks = {precision: gpu_specs.peak_flops(name, precision) for precision in gpu_specs.precisions(name)}
+    if "bf16" in peaks:
+        assert peaks["bf16"] == peaks["fp16"], f"{name}: BF16 and FP16 share one tensor-core rate, got {peaks}"
+    ladder = [peaks[precision] for precision in ("fp8", "fp16", "tf32", "fp32") if precision in peaks]
+    assert ladder == sorted(ladder, reverse=True) and len(set(ladder)) == len(ladder), f"{name}: {peaks}"
+
+
+def test_which_precisions_each_card_has():
+    assert gpu_specs.precisions("V100") == ["fp32", "fp16"]
+    assert gpu_specs.precisions("t4") == ["fp32", "fp16", "int8"]
+    assert gpu_specs.precisions("A100") == ["fp32", "tf32", "bf16", "fp16", "int8"]
+    assert gpu_specs.precisions(gpu_specs.gpu("H200")) == list(gpu_specs.PRECISION_FIELDS)
+
+
+def test_peak_flops_takes_a_card_or_its_name_and_any_case():
+    assert gpu_specs.peak_flops("a100", " TF32 ") == gpu_specs.peak_flops(gpu_specs.gpu("A100"), "tf32") == 156e12
+    assert gpu_specs.peak_flops("T4", "fp16") == gpu_specs.gpu("T4").fp16_tensor_flops  # the old field still works
+
+
+@pytest.mark.parametrize("name, precision", [("V100", "tf32"), ("V100", "bf16"), ("V100", "fp8"), ("T4", "tf32"), ("T4", "bf16"), ("A100", "fp8")])
+def test_a_missing_unit_is_an_error_naming_what_the_card_has(name, precision):
+    with pytest.raises(ValueError, match=rf"the {name} has no {precision.upper()} tensor cores; it has fp32, "):
+        gpu_specs.peak_flops(name, precision)
+
+
+@pytest.mark.parametrize("precision", ["fp64", "fp4", "float32", ""])
+def test_an_unknown_precision_is_an_error_listing_the_known_ones(precision):
+    with pytest.raises(ValueError, match="unknown precision .*expected one of fp32, tf32, bf16, fp16, fp8, int8"):
+        gpu_specs.peak_flops("H100", precision)
+
+
+def test_an_unknown_card_is_a_key_error():
+    with pytest.raises(KeyError, match="unknown GPU 'B200'"):
+        gpu_specs.peak_flops("B200", "fp16")
+
+
+@pytest.mark.parametrize(
+    "name, tf32_allowed, expected",
+    [("A100", True, "tf32"), ("A100", False, "fp32"), ("H100", True, "tf32"), ("L4", True, "tf32"), ("V100", True, "fp32"), ("T4", True, "fp32")],
+)
+def test_a_float32_matmul_is_compared_with_tf32_only_where_it_can_run_on_tf32(name, tf32_allowed, expected):
+    assert gpu_specs.float32_matmul_precision(name, tf32_allowed) == expected

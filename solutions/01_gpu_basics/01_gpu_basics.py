@@ -296,35 +296,48 @@ check.assert_approx(roofline_flops(1e6, 8.1e12, 320e9), 8.1e12, name="roofline_f
 # ## Question 4: when does offloading pay? (2 points)
 #
 # To multiply two `n × n` matrices on a GPU that holds neither, you send both across the host link, multiply, and bring the product back.
-# Model it, ignoring latency and overlap:
-# - `offload_seconds(n, gpu_flops, link_bandwidth, itemsize=4)`: seconds to send two `n × n` matrices, multiply them at `gpu_flops`, and copy the `n × n` product back, all over a link of `link_bandwidth` bytes/s.
-# - `crossover_n(cpu_flops, gpu_flops, link_bandwidth, itemsize=4)`: the smallest `n` for which offloading takes strictly less time than multiplying on the CPU at `cpu_flops`.
+# Model it, ignoring overlap:
+# - `offload_seconds(n, gpu_flops, link_bandwidth, itemsize=4, fixed_seconds=0.0)`: seconds to send two `n × n` matrices, multiply them at `gpu_flops`, and copy the `n × n` product back, all over a link of `link_bandwidth` bytes/s, plus `fixed_seconds`.
+# - `fixed_seconds` is the offload's fixed cost in seconds, paid once per call of `offload_seconds` whatever `n` is: the latencies of the three copies and of the kernel launch with its synchronisation, already added up (the lecture's `gpu_specs.MATMUL_OFFLOAD_FIXED_SECONDS` is one such total).
+#   With the default, `0.0`, the model ignores latency.
+# - `crossover_n(cpu_flops, gpu_flops, link_bandwidth, itemsize=4, fixed_seconds=0.0)`: the smallest `n` for which offloading, with that same `fixed_seconds`, takes strictly less time than multiplying on the CPU at `cpu_flops` (the CPU pays no fixed cost).
 #   If the GPU is not faster than the CPU, offloading never pays: raise `ValueError`.
 #
-# Hint: both sides grow like $n^3$ but the transfers only like $n^2$; write the inequality and solve for `n`.
-# About 8 lines.
+# Hint: both sides grow like $n^3$ but the transfers only like $n^2$ and the fixed cost not at all; write the inequality for `n`.
+# Once offloading wins at some `n`, it wins at every larger `n`.
+# About 12 lines.
 
 # %% nbgrader={"grade_id": "offload", "solution": true}
-def offload_seconds(n, gpu_flops, link_bandwidth, itemsize=4):
-    """Modelled seconds to send A and B (n x n), multiply on the GPU, and return C."""
+def offload_seconds(n, gpu_flops, link_bandwidth, itemsize=4, fixed_seconds=0.0):
+    """Modelled seconds to send A and B (n x n), multiply on the GPU, and return C, fixed costs included."""
     ### BEGIN SOLUTION
     transfer = 3 * n * n * itemsize / link_bandwidth
     compute = 2 * n**3 / gpu_flops
-    return transfer + compute
+    return fixed_seconds + transfer + compute
     ### END SOLUTION
 
 
-def crossover_n(cpu_flops, gpu_flops, link_bandwidth, itemsize=4):
-    """Smallest n for which offloading an n x n matmul beats the CPU."""
+def crossover_n(cpu_flops, gpu_flops, link_bandwidth, itemsize=4, fixed_seconds=0.0):
+    """Smallest n for which offloading an n x n matmul, fixed costs included, beats the CPU."""
     ### BEGIN SOLUTION
     if gpu_flops <= cpu_flops:
         raise ValueError("the GPU is not faster than the CPU, so offloading never pays")
-    # 2n³/cpu > 3n²s/bw + 2n³/gpu  <=>  n > (3s/bw) / (2/cpu - 2/gpu)
-    bound = (3 * itemsize / link_bandwidth) / (2 / cpu_flops - 2 / gpu_flops)
-    n = max(1, math.floor(bound))
-    while not offload_seconds(n, gpu_flops, link_bandwidth, itemsize) < 2 * n**3 / cpu_flops:
-        n += 1
-    return n
+
+    def offload_wins(n):
+        return offload_seconds(n, gpu_flops, link_bandwidth, itemsize, fixed_seconds) < 2 * n**3 / cpu_flops
+
+    # 2n³(1/cpu - 1/gpu) - 3n²s/bw - fixed changes sign once, so: double until offloading wins, then bisect.
+    wins_at = 1
+    while not offload_wins(wins_at):
+        wins_at *= 2
+    loses_at = wins_at // 2  # 0 stands for "no smaller n to try"
+    while wins_at - loses_at > 1:
+        middle = (wins_at + loses_at) // 2
+        if offload_wins(middle):
+            wins_at = middle
+        else:
+            loses_at = middle
+    return wins_at
     ### END SOLUTION
 
 
@@ -333,6 +346,9 @@ def crossover_n(cpu_flops, gpu_flops, link_bandwidth, itemsize=4):
 # 1000 x 1000 float32 on a 10 GFLOP/s GPU over a 12 GB/s link: 12 MB moved, 2 GFLOP computed.
 check.assert_approx(offload_seconds(1000, 10e9, 12e9), 12e6 / 12e9 + 2e9 / 10e9, name="offload_seconds(1000, 10 GFLOP/s, 12 GB/s)")
 check.assert_approx(offload_seconds(10, 1e12, 1e9, itemsize=8), 2400 / 1e9 + 2000 / 1e12, name="offload_seconds(10, itemsize=8)")
+# The same 1000 x 1000 offload with 35 µs of fixed costs (three copies and a launch): the fixed cost is added once.
+check.assert_approx(offload_seconds(1000, 10e9, 12e9, fixed_seconds=35e-6), 35e-6 + 12e6 / 12e9 + 2e9 / 10e9,
+                    name="offload_seconds(1000, 10 GFLOP/s, 12 GB/s, fixed_seconds=35 µs)")
 
 
 def cpu_seconds(n, cpu_flops):
@@ -344,9 +360,9 @@ assert isinstance(n_star, int), f"crossover_n should return an int, got {type(n_
 assert offload_seconds(n_star, 1e13, 12e9) < cpu_seconds(n_star, 1e11), f"at n={n_star} offloading does not win yet"
 assert not offload_seconds(n_star - 1, 1e13, 12e9) < cpu_seconds(n_star - 1, 1e11), f"offloading already wins at n={n_star - 1}: {n_star} is not the smallest"
 ### BEGIN HIDDEN TESTS
-def is_crossover(n, cpu, gpu, bw, itemsize=4):
+def is_crossover(n, cpu, gpu, bw, itemsize=4, fixed=0.0):
     def wins(k):
-        return 3 * k * k * itemsize / bw + 2 * k**3 / gpu < 2 * k**3 / cpu
+        return fixed + 3 * k * k * itemsize / bw + 2 * k**3 / gpu < 2 * k**3 / cpu
 
     return wins(n) and (n == 1 or not wins(n - 1))
 
@@ -370,6 +386,25 @@ for cpu, gpu in [(1e12, 1e12), (2e12, 1e12)]:
         pass
     else:
         raise AssertionError(f"crossover_n(cpu={cpu:g}, gpu={gpu:g}) should raise ValueError: offloading never pays")
+# Fixed costs. A 64 x 64 FP32 offload to a T4 (8.1 TFLOP/s, PCIe 3 at 15.75 GB/s) with 35 µs of fixed costs:
+# 3 * 64² * 4 = 49152 bytes moved and 2 * 64³ = 524288 FLOPs, about 38 µs, not the 3 µs of the model without them.
+check.assert_approx(offload_seconds(64, 8.1e12, 15.75e9, fixed_seconds=35e-6), 35e-6 + 49152 / 15.75e9 + 524288 / 8.1e12,
+                    name="offload_seconds(64) to a T4 with 35 µs of fixed costs")
+check.assert_approx(offload_seconds(10, 1e12, 1e9, itemsize=8, fixed_seconds=1.0), 1.0 + 2400 / 1e9 + 2000 / 1e12,
+                    name="offload_seconds(10, itemsize=8, fixed_seconds=1 s)")
+# Free link and compute, 1 ms of fixed cost, a 2 GFLOP/s CPU: offloading wins when 2n³ / 2e9 > 1e-3, i.e. n³ > 10⁶.
+# At n = 100 the CPU takes exactly 1 ms, a tie, so offloading does not win yet: the answer is 101.
+check.assert_equal(crossover_n(2e9, 1e30, 1e30, fixed_seconds=1e-3), 101, name="crossover_n with only a 1 ms fixed cost")
+# The lecture's case: a T4 against a 500 GFLOP/s CPU. Without fixed costs the crossover is n = 204
+# (n > (12 / 15.75e9) / (2 / 5e11 - 2 / 8.1e12) = 203.0); 35 µs of fixed costs push it up, to where
+# 2n³ / 5e11 also covers them (n = 256 still loses: 67.1 µs on the CPU, 89.1 µs offloaded), so an answer
+# that drops fixed_seconds gives 204 and fails; is_crossover checks the answer and the n just below it.
+for fixed in (35e-6, 1e-3):
+    n = crossover_n(5e11, 8.1e12, 15.75e9, fixed_seconds=fixed)
+    assert isinstance(n, int), f"crossover_n should return an int, got {type(n).__name__}"
+    assert is_crossover(n, 5e11, 8.1e12, 15.75e9, fixed=fixed), (
+        f"crossover_n(500 GFLOP/s, T4, fixed_seconds={fixed:g}) gave {n}, which is not the smallest n where offloading wins with that fixed cost")
+check.assert_equal(crossover_n(5e11, 8.1e12, 15.75e9), 204, name="crossover_n(500 GFLOP/s, T4) without fixed costs")
 ### END HIDDEN TESTS
 
 # %% [markdown]
