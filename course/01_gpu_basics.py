@@ -94,11 +94,26 @@ del fresh, m
 # **(b) GPU calls return before the work is done.**
 # A CUDA operation is put in a queue and the Python call returns at once, while the GPU works on.
 # Stopping the clock without `torch.cuda.synchronize()` times the launch, not the work.
+# How long is the work? An 8192×8192 float32 matmul is 2 · 8192³ ≈ 1.1 TFLOP, so on Colab's T4 it takes a few tenths of a second: its FP32 peak is 8.1 TFLOP/s, and it sustains only about half of that.
+
+# %%
+# A T4 sustains about 50-60% of its FP32 peak in long matmuls: its 70 W power cap lowers the clock under
+# sustained load (NVIDIA developer forums, "About GPU peak performance", 2023, on a T4 held near 24 of its
+# 65 FP16 TFLOP/s "due to power capping"; Jia et al. 2019, "Dissecting the NVidia Turing T4 GPU via
+# Microbenchmarking", on its clock throttling): about 4-5 of 8.1 TFLOP/s in FP32.
+T4_SUSTAINED_SHARE = (0.5, 0.6)
+t4 = gpu_specs.gpu("T4")
+big_flops = 2 * 8192**3
+t4_sustained = [share * t4.fp32_flops for share in T4_SUSTAINED_SHARE]
+t4_big_seconds = sorted(big_flops / rate for rate in t4_sustained)
+print(f"an 8192×8192 float32 matmul: {big_flops / 1e12:.2f} TFLOP; on a T4 (FP32 peak {t4.fp32_flops / 1e12:.1f} TFLOP/s, reported; "
+      f"about {t4_sustained[0] / 1e12:.1f}-{t4_sustained[1] / 1e12:.1f} TFLOP/s sustained) it takes "
+      f"{t4_big_seconds[0]:.2f}-{t4_big_seconds[1]:.2f} s (modelled for T4)")
 
 # %%
 if gpucourse.gpu_or_explain(
-    "an 8192×8192 matmul 'takes' a few microseconds without synchronize (only the launch), "
-    "and tens of milliseconds, thousands of times longer, when the clock waits for the GPU"
+    "an 8192×8192 matmul 'takes' a few microseconds without synchronize (only the launch), and "
+    f"{t4_big_seconds[0]:.2f}-{t4_big_seconds[1]:.2f} s on a T4, tens of thousands of times longer, when the clock waits for the GPU"
 ):
     a_big = torch.randn(8192, 8192, device=dev)
     b_big = torch.randn(8192, 8192, device=dev)
@@ -135,6 +150,7 @@ robust = timing.measure(torch.mm, a, b, min_run_time=0.1)
 print(f"30 single shots of a {n}×{n} matmul: {min(single_shots) * 1e6:.0f} to {max(single_shots) * 1e6:.0f} µs, "
       f"a {max(single_shots) / min(single_shots):.1f}x spread (measured on {gpucourse.describe()})")
 print("timing.measure:", robust)
+timing.warn_if_noisy(robust, f"the {n}×{n} matmul")
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 3.5))
@@ -151,10 +167,11 @@ plt.show()
 #
 # - **warm-up**: a few untimed calls first, so first-call costs (page faults, kernel loading, cuBLAS set-up) stay out;
 # - **synchronisation**: it waits for queued GPU work before and after timing, so it times the work, not the launch;
-# - **many runs**: it times blocks of calls for at least `min_run_time` seconds and reports the **median** per call, which one slow outlier cannot move, and the **IQR** (the spread of the middle half of the blocks);
+# - **many runs**: it times blocks of calls for at least `min_run_time` seconds and in at least `min_blocks` blocks (5 by default), and reports the **median** per call, which one slow outlier cannot move, and the **IQR** (the spread of the middle half of the blocks);
 # - **fixed threads**: the CPU thread count is set for the measurement, because it changes the result, as the next cell shows.
 #
 # It returns a `Timing` with `median` and `iqr` in seconds, how many calls and blocks it timed, and the device it ran on.
+# When the spread is larger than the median itself (`Timing.too_noisy`), something else on the machine dominated the measurement: `timing.warn_if_noisy` prints a warning, and this lecture draws such a point hollow and draws no conclusion from it.
 
 # %%
 # The Timing from section 2(c): a median and a spread, never one reading.
@@ -166,37 +183,77 @@ print(f"median {robust.median * 1e6:.1f} µs, IQR {robust.iqr * 1e6:.1f} µs, {r
 a_cpu, b_cpu = torch.randn(512, 512), torch.randn(512, 512)
 for threads in sorted({1, torch.get_num_threads()}):
     t = timing.measure(torch.mm, a_cpu, b_cpu, num_threads=threads, min_run_time=0.1)
-    print(f"512×512 matmul: {t.median * 1e3:.2f} ms per call, measured on {t.device}")
+    print(f"512×512 matmul: median {t.median * 1e3:.2f} ms, IQR {t.iqr * 1e3:.2f} ms per call, measured on {t.device}")
+    timing.warn_if_noisy(t, f"the 512×512 matmul on {threads} thread(s)")
 
 # %% [markdown]
 # ## 4. How fast does a matmul run here?
 #
 # Multiplying two n×n matrices computes n² outputs, each a dot product of n multiplies and n adds: **2n³ floating-point operations** (FLOPs).
 # Dividing by the measured time gives FLOP/s, a rate we can compare across sizes and machines.
-# Sizes up to 1024 keep this quick on a CPU (`min_run_time=0.1` s per size is enough for a stable median).
+# Sizes up to 1024 keep this quick on a CPU: each size is timed for at least 0.1 s, in at least 5 blocks.
+# A size whose spread exceeds its median is flagged, drawn hollow, and left out of the best rate: on a busy machine one size can look four times slower than its neighbours for no reason of its own.
 
 # %%
 cpu_name = gpucourse.describe("cpu")
 cpu_sizes = [64, 128, 256, 512, 768, 1024]
-cpu_rates = []  # FLOP/s
+cpu_timings = []
 for n in cpu_sizes:
     a_cpu, b_cpu = torch.randn(n, n), torch.randn(n, n)
     t = timing.measure(torch.mm, a_cpu, b_cpu, min_run_time=0.1)
-    cpu_rates.append(2 * n**3 / t.median)
-    print(f"n = {n:5d}: {t.median * 1e3:8.3f} ms, {cpu_rates[-1] / 1e9:7.1f} GFLOP/s (measured on {cpu_name})")
-cpu_peak = max(cpu_rates)
+    cpu_timings.append(t)
+    print(f"n = {n:5d}: median {t.median * 1e3:8.3f} ms, IQR {t.iqr * 1e3:7.3f} ms, {2 * n**3 / t.median / 1e9:7.1f} GFLOP/s "
+          f"(measured on {cpu_name})")
+    timing.warn_if_noisy(t, f"n = {n}")
+cpu_rates = [2 * n**3 / t.median for n, t in zip(cpu_sizes, cpu_timings)]  # FLOP/s
+cpu_noisy = [t.too_noisy for t in cpu_timings]
+# The best rate feeds the offload model and the roofline, so it comes from sizes we can trust.
+trusted_rates = [rate for rate, noisy in zip(cpu_rates, cpu_noisy) if not noisy]
+cpu_peak = max(trusted_rates or cpu_rates)
+if not trusted_rates:
+    print("WARNING: every size was too noisy; the best rate below is no better than a guess. Run this cell again.")
+
+
+# %%
+# The figures below draw a noisy measurement hollow: seen, but not a point to read a trend from.
+def mark_noisy(ax, xs, ys, noisy, color):
+    """Draw the points flagged noisy hollow over a measured series, with a legend entry saying why."""
+    flagged = [(x, y) for x, y, bad in zip(xs, ys, noisy) if bad]
+    if flagged:
+        ax.plot(*zip(*flagged), "o", ms=10, mfc="white", mec=color, mew=1.5, linestyle="none",
+                label="too noisy to trust (spread > median)")
 
 # %%
 # On a GPU, the same sweep with sizes that keep it busy, up to the article's 10000×10000.
+# A float32 matmul runs on TF32 tensor cores where the card has them and torch allows it
+# (torch.backends.cuda.matmul.allow_tf32), else on the FP32 CUDA cores: compare with the peak of the precision used.
 gpu_sizes, gpu_rates = [], []
-if gpucourse.gpu_or_explain("float32 matmul rates that climb with n to tens of TFLOP/s, 10-100x this CPU's best"):
+gpu_card, gpu_precision = None, None
+if gpucourse.gpu_or_explain(
+    f"float32 matmul rates that climb with n, to about {t4_sustained[0] / 1e12:.0f}-{t4_sustained[1] / 1e12:.0f} TFLOP/s on a T4 "
+    f"and towards the FP32 peak of an A100 ({gpu_specs.peak_flops('A100', 'fp32') / 1e12:.1f} TFLOP/s) "
+    f"or an H100 ({gpu_specs.peak_flops('H100', 'fp32') / 1e12:.0f} TFLOP/s), further with TF32 allowed"
+):
     gpu_sizes = [256, 512, 1024, 2048, 4096, 8192, 10_000]
     for n in gpu_sizes:
         a_gpu, b_gpu = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
         t = timing.measure(torch.mm, a_gpu, b_gpu, min_run_time=0.1)
         gpu_rates.append(2 * n**3 / t.median)
-        print(f"n = {n:5d}: {t.median * 1e3:8.3f} ms, {gpu_rates[-1] / 1e9:8.1f} GFLOP/s (measured on {gpucourse.describe()})")
+        print(f"n = {n:5d}: median {t.median * 1e3:8.3f} ms, IQR {t.iqr * 1e3:7.3f} ms, {gpu_rates[-1] / 1e9:8.1f} GFLOP/s "
+              f"(measured on {gpucourse.describe()})")
+        timing.warn_if_noisy(t, f"n = {n}")
     del a_gpu, b_gpu
+    gpu_card = gpu_specs.card_for(torch.cuda.get_device_name(dev))
+    if gpu_card is None:
+        print(f"{gpucourse.describe()} is not in gpucourse.gpu_specs: no datasheet peak to compare with")
+    else:
+        tf32_allowed = torch.backends.cuda.matmul.allow_tf32
+        gpu_precision = gpu_specs.float32_matmul_precision(gpu_card, tf32_allowed)
+        card_peak = gpu_specs.peak_flops(gpu_card, gpu_precision)
+        units = "TF32 tensor cores" if gpu_precision == "tf32" else "FP32 CUDA cores"
+        print(f"best: {max(gpu_rates) / 1e12:.1f} TFLOP/s (measured), {max(gpu_rates) / card_peak:.0%} of the {gpu_card.name}'s "
+              f"{gpu_precision.upper()} peak of {card_peak / 1e12:.1f} TFLOP/s (reported): with allow_tf32={tf32_allowed}, "
+              f"float32 matmuls run on its {units}")
 
 # %% [markdown]
 # The seed article of this course reports a 10000×10000 matmul in 0.0708 s on a GPU and 1.445 s on a CPU, without naming either device.
@@ -212,14 +269,27 @@ print(f"article's GPU: {seed_gpu_rate / 1e12:5.1f} TFLOP/s (reported: 10000² ma
 print(f"article's CPU: {seed_cpu_rate / 1e12:5.2f} TFLOP/s (reported: 10000² matmul in 1.445 s)")
 print(f"this CPU:      {cpu_peak / 1e12:5.2f} TFLOP/s at best, so a 10000² matmul would take about "
       f"{seed_flops / cpu_peak:.1f} s (measured rate on {cpu_name}, extrapolated)")
-print(f"T4 FP32 peak:  {gpu_specs.gpu('T4').fp32_flops / 1e12:5.1f} TFLOP/s (reported): the article's GPU was no T4 computing in plain FP32")
+# No card of the TF32-by-default years reaches the article's rate in FP32. PyTorch 1.7 to 1.11 ran float32 matmuls on
+# TF32 tensor cores by default (PyTorch docs, CUDA semantics, "TensorFloat-32 (TF32) on Ampere (and later) devices":
+# allow_tf32 "defaults to True in PyTorch 1.7 to PyTorch 1.11, and False in PyTorch 1.12 and later"; the 1.12 release
+# notes list the change), so on an A100 such a matmul ran against the TF32 peak, not the FP32 one.
+fp32_below = [name for name, spec in gpu_specs.GPUS.items() if spec.fp32_flops < seed_gpu_rate]
+fp32_above = [name for name in gpu_specs.GPUS if name not in fp32_below]
+print("FP32 peaks under the article's rate: " + ", ".join(f"{name} {gpu_specs.peak_flops(name, 'fp32') / 1e12:.1f}" for name in fp32_below)
+      + " TFLOP/s (reported)")
+print("FP32 peaks above it, all cards of 2022 or later: "
+      + ", ".join(f"{name} {gpu_specs.peak_flops(name, 'fp32') / 1e12:.1f}" for name in fp32_above) + " TFLOP/s (reported)")
+a100_tf32 = gpu_specs.peak_flops("A100", "tf32")
+print(f"A100 TF32 tensor cores: {a100_tf32 / 1e12:.0f} TFLOP/s dense peak (reported), so the article's rate is {seed_gpu_rate / a100_tf32:.0%} of it: "
+      f"an A100 under PyTorch 1.7-1.11 could reach it; a T4 could not ({', '.join(gpu_specs.precisions('T4'))} only: no TF32 units)")
 if gpu_rates:
     print(f"this GPU:      {gpu_rates[-1] / 1e12:5.1f} TFLOP/s, a 10000² matmul in {seed_flops / gpu_rates[-1]:.4f} s "
           f"(measured on {gpucourse.describe()})")
 
 # %%
-fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.2), gridspec_kw={"width_ratios": [1.1, 1]})
-plots.versus_size(left, cpu_sizes, [r / 1e9 for r in cpu_rates], label=cpu_name, ylabel="GFLOP/s", xlabel="matrix side n")
+fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1, 1.1]})
+cpu_line = plots.versus_size(left, cpu_sizes, [r / 1e9 for r in cpu_rates], label=cpu_name, ylabel="GFLOP/s", xlabel="matrix side n")
+mark_noisy(left, cpu_sizes, [r / 1e9 for r in cpu_rates], cpu_noisy, cpu_line.get_color())
 if gpu_sizes:
     plots.versus_size(left, gpu_sizes, [r / 1e9 for r in gpu_rates], label=gpucourse.describe(), logy=True)
 left.set_title("float32 matmul rate, measured on this machine", fontsize=10)
@@ -231,9 +301,14 @@ bars = [
 ]
 if gpu_rates:
     bars.append(("this GPU, best n", max(gpu_rates) / 1e12, "measured"))
-bars += [(f"{name} FP32 peak (datasheet)", gpu_specs.gpu(name).fp32_flops / 1e12, "reported") for name in ("T4", "A100", "H100")]
+# Datasheet peaks of a float32 matmul's two possible units: FP32 CUDA cores, and TF32 tensor cores (dense) where the card has them.
+peak_cards = ["T4", "A100", "H100"] + ([gpu_card.name] if gpu_card is not None and gpu_card.name not in ("T4", "A100", "H100") else [])
+for name in peak_cards:
+    bars.append((f"{name} FP32 peak (datasheet)", gpu_specs.peak_flops(name, "fp32") / 1e12, "reported"))
+    if "tf32" in gpu_specs.precisions(name):
+        bars.append((f"{name} TF32 peak, dense (datasheet)", gpu_specs.peak_flops(name, "tf32") / 1e12, "reported"))
 plots.provenance_bars(right, bars, xlabel="TFLOP/s (log scale)", log=True)
-right.set_title("float32 matmul rates: reported vs measured here", fontsize=10)
+right.set_title("float32 matmul: rates and FP32/TF32 peaks", fontsize=10)
 fig.tight_layout()
 plt.show()
 
@@ -241,6 +316,9 @@ plt.show()
 # Small matrices are far from the best rate: each call has a fixed overhead, and a small problem cannot keep every core (or every GPU multiprocessor) busy.
 # The rate levels off once the work per call dwarfs the overhead; on a GPU that needs much larger n than on a CPU.
 # The article's 20x GPU-over-CPU ratio is a ratio between two unnamed machines, not a law: your own ratio depends on both devices, the dtype and the size.
+# Its 28 TFLOP/s is above the FP32 peak of every card in the table before 2022 (V100, T4, A100), so that GPU did not compute in plain FP32.
+# What explains it: from PyTorch 1.7 to 1.11 a float32 matmul ran on TF32 tensor cores by default (inputs rounded to a 10-bit mantissa, `torch.backends.cuda.matmul.allow_tf32`; off by default since 1.12), and an A100's TF32 peak is 156 TFLOP/s.
+# A timing without `synchronize` (section 2b) would make any GPU look faster still.
 
 # %% [markdown]
 # ## 5. Getting data there and back
@@ -258,6 +336,7 @@ host_copy_rate = copy_bytes / t.median  # bytes copied per second
 host_traffic = 2 * copy_bytes / t.median  # each byte is read once and written once
 print(f"100 MB host copy: {t.median * 1e3:.1f} ms, {host_copy_rate / 1e9:.1f} GB/s copied, "
       f"{host_traffic / 1e9:.1f} GB/s of memory traffic (read + write) (measured on {cpu_name})")
+timing.warn_if_noisy(t, "the 100 MB host copy")
 del src, dst
 
 # %%
@@ -286,7 +365,6 @@ for name in ("T4", "A100", "H100"):
     spec = gpu_specs.gpu(name)
     print(f"{name:5s}: {spec.host_link}, {spec.host_link_bandwidth / 1e9:5.1f} GB/s each way; "
           f"GPU memory {spec.memory_bandwidth / 1e9:5.0f} GB/s (reported)")
-t4 = gpu_specs.gpu("T4")
 print(f"100 MB over the T4's link: {copy_bytes / t4.host_link_bandwidth * 1e3:.1f} ms (modelled for T4 at its reported link bandwidth); "
       f"copied inside this CPU's memory: {copy_bytes / host_copy_rate * 1e3:.1f} ms (measured on {cpu_name})")
 
@@ -304,6 +382,8 @@ print(f"100 MB over the T4's link: {copy_bytes / t4.host_link_bandwidth * 1e3:.1
 
 # %%
 # The offload model: each copy pays the link's latency before its bytes move, the launch its overhead before its FLOPs.
+# The T4 has no TF32 units (Turing's tensor cores take FP16, INT8 and INT4), so a float32 matmul runs on its CUDA
+# cores and its FP32 peak is the right one here; on an A100 or H100 with TF32 allowed it would be the TF32 peak.
 def offload_parts(n, spec, itemsize=4):
     """Modelled seconds to (send A and B, launch and multiply, fetch C) for n x n matrices offloaded to `spec`."""
     copy_s = gpu_specs.HOST_LINK_LATENCY_SECONDS + n * n * itemsize / spec.host_link_bandwidth
@@ -342,6 +422,7 @@ print(who_wins(offload_sizes, cpu_model_s, offload_s, "T4"))
 fig, ax = plt.subplots(figsize=(8, 4.2))
 plots.versus_size(ax, cpu_sizes, [2 * n**3 / r for n, r in zip(cpu_sizes, cpu_rates)], label="matmul on this CPU",
                   ylabel="seconds", xlabel="matrix side n", logy=True, color="C0")
+mark_noisy(ax, cpu_sizes, [2 * n**3 / r for n, r in zip(cpu_sizes, cpu_rates)], cpu_noisy, "C0")
 plots.versus_size(ax, offload_sizes, cpu_model_s, label="this CPU at its best measured rate", kind="modelled", color="C0")
 plots.versus_size(ax, offload_sizes, offload_s, label=f"send + T4 matmul + fetch, {t4.host_link}, fixed costs included", kind="modelled", color="C1")
 if gpucourse.has_gpu():
@@ -376,6 +457,7 @@ plt.show()
 add_n = 25_000_000
 x_add, y_add, z_add = torch.randn(add_n), torch.randn(add_n), torch.empty(add_n)
 t_add = timing.measure(lambda: torch.add(x_add, y_add, out=z_add), min_run_time=0.1)
+timing.warn_if_noisy(t_add, "the add")
 add_rate = add_n / t_add.median  # one FLOP per element
 # The practical roofs are the best rates seen: the best matmul for FLOP/s, the faster of copy and add for bytes/s.
 cpu_bandwidth = max(host_traffic, 12 * add_n / t_add.median)
@@ -391,21 +473,32 @@ if gpu_traffic is not None:
 del x_add, y_add, z_add
 print("matmul intensities n/6: " + ", ".join(f"n={n}: {n / 6:.0f}" for n in cpu_sizes) + " FLOP/byte; add: 1/12 ≈ 0.083 FLOP/byte")
 print(f"ridge point of this CPU: {cpu_peak / 1e9:.0f} GFLOP/s / {cpu_bandwidth / 1e9:.1f} GB/s = {cpu_peak / cpu_bandwidth:.1f} FLOP/byte (measured); "
-      f"of an H100 in FP32: {gpu_specs.gpu('H100').ridge_point_fp32:.0f} FLOP/byte (reported)")
+      f"of an H100: {gpu_specs.gpu('H100').ridge_point_fp32:.0f} FLOP/byte in FP32, "
+      f"{gpu_specs.peak_flops('H100', 'tf32') / gpu_specs.gpu('H100').memory_bandwidth:.0f} on its TF32 tensor cores (reported)")
 
 # %%
-fig, ax = plt.subplots(figsize=(9, 5.5))
-cpu_points = [(f"mm n={n}" if n in (64, 1024) else "", n / 6, rate) for n, rate in zip(cpu_sizes, cpu_rates)]
+fig, ax = plt.subplots(figsize=(11, 5.5))
+cpu_points = [(f"mm n={n}" if n in (64, 1024) else "", n / 6, rate) for n, rate, noisy in zip(cpu_sizes, cpu_rates, cpu_noisy) if not noisy]
 plots.roofline(ax, cpu_peak, cpu_bandwidth, label=f"{cpu_name}, measured", points=cpu_points + [("add", 1 / 12, add_rate)], color="C0")
+mark_noisy(ax, [n / 6 for n in cpu_sizes], cpu_rates, cpu_noisy, "C0")
 if gpu_traffic is not None:
     gpu_points = [(f"mm n={n}" if n in (256, 10_000) else "", n / 6, rate) for n, rate in zip(gpu_sizes, gpu_rates)]
     plots.roofline(ax, max(gpu_rates), gpu_bandwidth, label=f"{gpucourse.describe()}, measured",
                    points=gpu_points + [("add", 1 / 12, gpu_add_rate)], color="C3")
+    if gpu_card is not None:
+        # The datasheet roof this GPU's float32 matmuls ran under: TF32 or FP32, as allow_tf32 decided.
+        plots.roofline(ax, gpu_specs.peak_flops(gpu_card, gpu_precision), gpu_card.memory_bandwidth,
+                       label=f"{gpu_card.name} {gpu_precision.upper()}, the precision used here, reported", style=":", color="C3")
+# A float32 matmul meets one of two roofs on these cards: the FP32 CUDA cores, or the TF32 tensor cores when allowed.
 for name, color in (("H100", "C1"), ("A100", "C2")):
     spec = gpu_specs.gpu(name)
-    plots.roofline(ax, spec.fp32_flops, spec.memory_bandwidth, label=f"{name} FP32, reported", style="--", color=color)
+    plots.roofline(ax, spec.fp32_flops, spec.memory_bandwidth, label=f"{name} FP32 CUDA cores, reported", style="--", color=color)
+    plots.roofline(ax, gpu_specs.peak_flops(spec, "tf32"), spec.memory_bandwidth, label=f"{name} TF32 tensor cores (dense), reported",
+                   style="-.", color=color)
 ax.set_title("Roofline: this machine (measured) vs datasheet GPUs (reported)", fontsize=10)
-ax.legend(fontsize=8, loc="lower right")
+# Outside the axes: inside, the legend would hide measured points.
+ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+fig.tight_layout()
 plt.show()
 
 # %% [markdown]
@@ -414,6 +507,7 @@ plt.show()
 # The matmuls move right as n grows (intensity n/6); the large ones pass the ridge point (dotted line), where compute is the limit, and approach the flat roof that they themselves defined.
 # The small ones fall below the roof: at small n, per-call overheads, not memory or arithmetic, take most of the time.
 # A GPU's roof is one to two orders of magnitude higher, in FLOP/s and in bytes/s alike, so its ridge point is again at tens of FLOPs per byte (20 for an H100 in FP32).
+# Its tensor cores raise the flat roof again (TF32 about 7x the FP32 peak on an H100, 8x on an A100), and move the ridge point right: a matmul needs more reuse per byte to use them.
 # Below that, buying a faster GPU speeds a kernel up only as much as its memory is faster.
 # This is why later modules spend so much effort on reusing data (tiling, fusion): it moves kernels to the right, under the flat part of the roof.
 

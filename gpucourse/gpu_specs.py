@@ -19,6 +19,7 @@ stores the dense ones; ``_dense(sparse)`` marks each figure halved from a sparse
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 KiB = 1024
@@ -225,6 +226,16 @@ def gpu(name: str) -> GPUSpec:
         if key.lower() == name.strip().lower():
             return spec
     raise KeyError(f"unknown GPU {name!r}; the table has {', '.join(GPUS)}")
+
+
+def card_for(device_name: str) -> GPUSpec | None:
+    """The table's card that a driver's device name names, or None: ``card_for("NVIDIA A100-SXM4-80GB")`` is the A100.
+
+    Whole words only, so an "NVIDIA L40S" is not taken for an L4. A PCIe variant maps to the
+    table's SXM card, whose peaks are somewhat higher.
+    """
+    words = {word.lower() for word in re.findall(r"[A-Za-z0-9]+", device_name)}
+    return next((spec for name, spec in GPUS.items() if name.lower() in words), None)
 
 
 # Each precision a peak can be asked for, and the GPUSpec field that holds it.

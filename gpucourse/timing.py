@@ -43,6 +43,15 @@ def _clock() -> float:
     return time.perf_counter()
 
 
+def spread_exceeds_median(median: float, iqr: float) -> bool:
+    """True when the spread between timed blocks (their IQR) is larger than the median itself.
+
+    Such a measurement says more about what else ran on the machine than about the code:
+    a lecture flags it instead of drawing a conclusion from it.
+    """
+    return iqr > median
+
+
 @dataclass(frozen=True)
 class Timing:
     """One function's time per call, in seconds, and where it was measured."""
@@ -53,11 +62,27 @@ class Timing:
     blocks: int
     device: str
 
+    @property
+    def too_noisy(self) -> bool:
+        """The spread exceeds the median: no conclusion should rest on this measurement."""
+        return spread_exceeds_median(self.median, self.iqr)
+
     def __str__(self) -> str:
-        return (
-            f"{_seconds(self.median)} ± {_seconds(self.iqr / 2)} per call "
+        # The IQR is the width of the middle half, not a symmetric error: "377 µs ± 2.54 ms" read as a
+        # time that could be negative.
+        text = (
+            f"median {_seconds(self.median)}, IQR {_seconds(self.iqr)} per call "
             f"({self.calls} calls in {self.blocks} blocks, measured on {self.device})"
         )
+        return text + (" [too noisy: the spread exceeds the median]" if self.too_noisy else "")
+
+
+def warn_if_noisy(timing: Timing, what: str) -> bool:
+    """Print a warning line naming ``what`` when ``timing``'s spread exceeds its median; True if it did."""
+    if timing.too_noisy:
+        print(f"WARNING: {what} is too noisy to conclude from: its spread (IQR {_seconds(timing.iqr)}) exceeds its median "
+              f"({_seconds(timing.median)}): other work on the machine probably dominated it. Run the cell again.")
+    return timing.too_noisy
 
 
 def measure(
@@ -66,14 +91,18 @@ def measure(
     warmup: int = 3,
     min_run_time: float = 0.2,
     num_threads: int | None = None,
+    min_blocks: int = 5,
 ) -> Timing:
-    """Median time of ``fn(*args)`` after ``warmup`` untimed calls.
+    """Median time of ``fn(*args)`` after ``warmup`` untimed calls, and the IQR between timed blocks.
 
-    ``torch.utils.benchmark`` picks how many calls to time (at least ``min_run_time``
-    seconds in all) and synchronises CUDA around them. ``num_threads`` defaults to
-    torch's current setting. The label names the device of the first tensor argument
-    (the course's device when there is none) and the thread count used.
+    ``torch.utils.benchmark``'s blocked autorange picks how many calls a block holds and times
+    blocks for at least ``min_run_time`` seconds in all, synchronising CUDA around them; then
+    more blocks of the same size are timed until there are at least ``min_blocks``.
+    ``num_threads`` defaults to torch's current setting. The label names the device of the
+    first tensor argument (the course's device when there is none) and the thread count used.
     """
+    if min_blocks < 1:
+        raise ValueError(f"min_blocks must be at least 1, got {min_blocks}")
     threads = torch.get_num_threads() if num_threads is None else num_threads
     with fixed_threads(threads):
         for _ in range(warmup):
@@ -81,6 +110,12 @@ def measure(
         synchronize()
         timer = benchmark.Timer(stmt="fn(*args)", globals={"fn": fn, "args": args}, num_threads=threads)
         result = timer.blocked_autorange(min_run_time=min_run_time)
+        # Block sizes grow tenfold, so a call of a few ms can fill min_run_time with one or two
+        # blocks, whose median is one reading and whose IQR is no spread at all.
+        block_seconds = list(result.raw_times)
+        while len(block_seconds) < min_blocks:
+            block_seconds.append(_seconds_for_calls(fn, args, result.number_per_run))
+        result = benchmark.Measurement(result.number_per_run, block_seconds, result.task_spec)
         measured_on = describe(_device_of(args))
     return Timing(
         median=result.median,
@@ -89,6 +124,14 @@ def measure(
         blocks=len(result.times),
         device=measured_on,
     )
+
+
+def _seconds_for_calls(fn: Callable, args: Sequence, calls: int) -> float:
+    """Seconds for ``calls`` back-to-back calls of ``fn(*args)``, queued GPU work included."""
+    start = _clock()
+    for _ in range(calls):
+        fn(*args)
+    return _clock() - start
 
 
 def _device_of(args: Sequence) -> torch.device:

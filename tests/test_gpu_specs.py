@@ -150,3 +150,20 @@ def test_an_unknown_card_is_a_key_error():
 )
 def test_a_float32_matmul_is_compared_with_tf32_only_where_it_can_run_on_tf32(name, tf32_allowed, expected):
     assert gpu_specs.float32_matmul_precision(name, tf32_allowed) == expected
+
+
+@pytest.mark.parametrize(
+    "device_name, expected",
+    [
+        ("Tesla T4", "T4"),
+        ("NVIDIA A100-SXM4-80GB", "A100"),
+        ("NVIDIA H100 80GB HBM3", "H100"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40S", None),  # a different card, not an L4
+        ("NVIDIA GeForce RTX 4090", None),
+    ],
+)
+def test_card_for_finds_the_table_card_a_driver_name_names_and_nothing_else(device_name, expected):
+    card = gpu_specs.card_for(device_name)
+    assert (card.name if card else None) == expected, f"card_for({device_name!r}) gave {card and card.name}, expected {expected}"

@@ -123,3 +123,41 @@ def test_numpy_work_is_labelled_as_measured_on_the_cpu(monkeypatch):
     assert timing._device_of((np.zeros(3), 2)) == torch.device("cpu")
     assert timing._device_of(((np.zeros(3),),)) == torch.device("cpu")
     assert timing._device_of((1, 2)) == torch.device("meta")
+
+
+@pytest.mark.parametrize(
+    "median, iqr, noisy",
+    [(377e-6, 5.08e-3, True), (1e-3, 1.0001e-3, True), (1e-3, 1e-3, False), (1e-3, 0.2e-3, False), (2.0, 0.0, False)],
+)
+def test_spread_exceeds_median_decides_on_the_iqr_against_the_median(median, iqr, noisy):
+    assert timing.spread_exceeds_median(median, iqr) is noisy
+    assert timing.Timing(median=median, iqr=iqr, calls=50, blocks=5, device="CPU test").too_noisy is noisy
+
+
+def test_a_noisy_timing_says_so_and_reports_the_iqr_not_a_symmetric_error():
+    text = str(timing.Timing(median=377e-6, iqr=5.08e-3, calls=50, blocks=5, device="CPU test"))
+    assert text.startswith("median 377 µs, IQR 5.08 ms per call") and "±" not in text, text
+    assert text.endswith("[too noisy: the spread exceeds the median]"), text
+    assert "too noisy" not in str(timing.Timing(median=1e-3, iqr=1e-4, calls=50, blocks=5, device="CPU test"))
+
+
+def test_warn_if_noisy_prints_one_warning_line_only_for_a_noisy_timing(capsys):
+    assert timing.warn_if_noisy(timing.Timing(median=1e-3, iqr=3e-3, calls=9, blocks=9, device="CPU test"), "n = 768") is True
+    assert capsys.readouterr().out == ("WARNING: n = 768 is too noisy to conclude from: its spread (IQR 3 ms) exceeds its median (1 ms): "
+                                       "other work on the machine probably dominated it. Run the cell again.\n")
+    assert timing.warn_if_noisy(timing.Timing(median=1e-3, iqr=1e-4, calls=9, blocks=9, device="CPU test"), "n = 64") is False
+    assert capsys.readouterr().out == ""
+
+
+def test_measure_times_at_least_min_blocks_blocks_even_when_one_block_fills_min_run_time():
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.02)
+
+    result = timing.measure(slow, warmup=1, min_run_time=0.01, min_blocks=4)
+    assert result.blocks >= 4 and result.calls >= 4, f"timed {result.blocks} blocks of {result.calls} calls, expected at least 4 blocks"
+    assert 0.015 < result.median < 0.1, result
+    with pytest.raises(ValueError, match="min_blocks must be at least 1, got 0"):
+        timing.measure(slow, min_blocks=0)
