@@ -36,7 +36,7 @@ def make_parser() -> argparse.ArgumentParser:
     grade.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
     grade.add_argument("--item-seconds", type=float, default=Limits.item_seconds, help="time limit per graded item")
     grade.add_argument("--cell-seconds", type=float, default=Limits.cell_seconds, help="time limit per student cell")
-    grade.add_argument("--memory-gb", type=float, default=Limits.memory_bytes / 1024**3, help="address-space limit per student")
+    grade.add_argument("--memory-gb", type=float, default=Limits.memory_bytes / 1024**3, help="address-space limit per student, in GiB (2**30 bytes)")
     grade.add_argument("--no-gradebook", action="store_true", help="only print the results; leave gradebook.db alone")
     grade.add_argument("--student", action="append", metavar="NAME", help="grade only this student (repeatable)")
     grade.add_argument("--only", action="append", metavar="ITEM",

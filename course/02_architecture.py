@@ -105,7 +105,7 @@ plt.show()
 #   This is where `torch` tensors and the arrays we pass to kernels live.
 #
 # Three more names appear in CUDA code and profiles:
-# **constant memory** is 64 KB of device memory that kernels can only read, cached per SM; it is fast when all threads of a warp read the *same* address (one read is broadcast to all) and slow when they read different ones (in numba: `cuda.const.array_like`).
+# **constant memory** is 64 KiB of device memory that kernels can only read, cached per SM; it is fast when all threads of a warp read the *same* address (one read is broadcast to all) and slow when they read different ones (in numba: `cuda.const.array_like`).
 # **Texture and read-only memory** is global memory read through the SM's read-only (texture) data path, which on recent GPUs shares the L1 array; CUDA C++ uses it for data marked `const __restrict__` or loaded with `__ldg()`, and textures add hardware interpolation for images (numba does not expose textures).
 # **Local memory** is private to a thread but lives in device memory: the compiler puts register spills and large per-thread arrays there, so it is as slow as global memory.
 #
@@ -113,6 +113,8 @@ plt.show()
 # All are **reported** figures, not measured here.
 # Sizes and bandwidths come from NVIDIA's datasheets and whitepapers (shared-memory and L1 bandwidth derived from 128 bytes per cycle per SM at the boost clock).
 # Latencies are order-of-magnitude ranges in SM clock cycles from microbenchmark papers (Jia et al. on Volta, 2018, and Turing, 2019; Luo et al. on Hopper, 2024): they vary with the card, the clock and the access pattern.
+# A register's latency is how long an instruction waits for a value the previous instruction wrote: about 4 cycles on Volta and Turing (Jia et al. 2018, arXiv 1804.06826, measure 4 for dependent single-precision and integer instructions, 6 on Pascal).
+# Capacities are in binary units (1 GiB = 2³⁰ bytes: a "16 GB" T4 has 16 GiB of memory), bandwidths in decimal ones (1 TB/s = 10¹² bytes/s), as NVIDIA quotes them.
 
 # %%
 cards = ("T4", "A100", "H100")
@@ -120,7 +122,8 @@ levels = {card: gpu_specs.memory_hierarchy(card) for card in cards}
 
 
 def size_text(n_bytes):
-    return f"{n_bytes / 1e9:.0f} GB" if n_bytes >= 1e9 else f"{n_bytes / 2**20:.1f} MiB"
+    # Capacities in binary units, as memory chips are sized (bandwidths below stay decimal, as NVIDIA quotes them).
+    return f"{n_bytes / 2**30:.0f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.1f} MiB"
 
 
 print("All figures reported (datasheets, whitepapers; latencies: microbenchmark papers, order of magnitude).\n")
@@ -133,13 +136,26 @@ for row in zip(*levels.values()):
     cells = [f"{size_text(lv.size_bytes)} / {f'{lv.bandwidth / 1e12:.1f} TB/s' if lv.bandwidth else '—'}" for lv in row]
     print(f"{row[0].name:<18}" + "".join(f"{cell:>24}" for cell in cells))
 
+# Shared memory's bandwidth over the whole card (SMs × 32 banks × 4 bytes × boost clock) against global memory's.
+shared_to_global = {}
+print("\nshared memory against global memory, bandwidth of the whole card:")
+for card in gpu_specs.GPUS:
+    level = {lv.name: lv for lv in gpu_specs.memory_hierarchy(card)}
+    shared, dram = level["shared memory"].bandwidth, level["global (DRAM/HBM)"].bandwidth
+    shared_to_global[card] = shared / dram
+    print(f"{card:<5} shared {shared / 1e12:5.1f} TB/s / global {dram / 1e12:4.2f} TB/s = {shared_to_global[card]:4.1f}× (reported figures)")
+
 # %% [markdown]
-# Three things to read from the table:
+# Four things to read from the tables:
 #
 # - The register file is large: on a T4 all SMs together hold more bytes in registers than in the L2 cache.
 #   Registers are the fastest memory, but every thread's share is small, and in section 5 we will see that using many registers per thread limits how many threads an SM can hold.
+# - Even a register is not free: an instruction that needs the result of the one before it waits about 4 cycles, so a warp with a chain of dependent instructions issues one every 4 cycles at best, and the SM fills the gaps from other warps or independent instructions (section 5).
 # - A read from global memory takes hundreds of cycles, shared memory tens: a kernel that reuses data from shared memory avoids most of that wait (tiling, in modules 03 and 07).
-# - Shared memory delivers ten times the bandwidth of global memory or more; global memory is the bottleneck of any kernel with low arithmetic intensity (lecture 01's roofline).
+# - Shared memory is often said to deliver ten times the bandwidth of global memory or more.
+#   The last lines check it per card: it holds on the T4, V100 and L4, the H100 sits at about ten, and on the A100 and H200 it is under ten: HBM grew faster than the SMs' shared memory.
+#   What shared memory saves on every card is the trip to DRAM: data reused from it is fetched from global memory once, and waits tens of cycles instead of hundreds.
+#   Global memory is the bottleneck of any kernel with low arithmetic intensity (lecture 01's roofline).
 #
 # ## 3. Writing kernels in Python: a GPU or the simulator
 #
@@ -167,9 +183,10 @@ from numba import cuda, float32
 
 SIM = kernels.simulator_active()  # decides problem sizes below: small in the simulator, large on a GPU
 where = "numba's CUDA simulator" if SIM else gpucourse.describe()
-# On a GPU numba warns about tiny demo grids and host (numpy) arguments; speed is not the point here, module 03 times kernels.
+# On a GPU numba warns about tiny demo grids: speed is not the point here, module 03 times kernels.
 warnings.filterwarnings("ignore", message=".*Grid size .* will likely result in GPU under-utilization")
-warnings.filterwarnings("ignore", message=".*Host array used in CUDA kernel will incur copy overhead")
+# Its warning about host (numpy) arguments teaches something (section 4.1): shown once, not at every launch.
+warnings.filterwarnings("once", message=".*Host array used in CUDA kernel will incur copy overhead")
 print("kernels run in:", where)
 
 # %% [markdown]
@@ -179,6 +196,11 @@ print("kernels run in:", where)
 #
 # A kernel cannot return a value: it writes its results into arrays it is given.
 # This one writes, for each thread, its block, its thread index within the block, and its global index, computed once by hand and once with `cuda.grid(1)`, numba's shorthand for the same formula.
+#
+# We pass it numpy arrays, which live in the host's memory, not the GPU's.
+# numba then copies each one to the GPU before the launch and back after it, at every launch, and on a GPU it says so once, with a `NumbaPerformanceWarning`: "Host array used in CUDA kernel will incur copy overhead to/from device".
+# For these small demos the copies do not matter; for anything timed, or for several kernels working on the same data, copy once with `cuda.to_device(array)` and pass the device array (module 03 times kernels that way).
+# The simulator has no separate device memory, so it never warns.
 
 # %%
 @cuda.jit
@@ -428,7 +450,7 @@ print(f"{counter[0]:,} of {n:,} standard-normal values above 1.0 (about 16% expe
 #
 # - **warps**: the SM's maximum resident warps, divided by the block's warps;
 # - **blocks**: a maximum number of resident blocks, however small they are;
-# - **registers**: the SM's 64K 32-bit registers, divided among the threads: a warp needs 32 × (registers per thread), rounded up to a multiple of 256, and warps receive registers in groups of 4;
+# - **registers**: the SM's 64K 32-bit registers, divided among the threads: registers are allocated per warp, 32 × (registers per thread) rounded up to a multiple of 256; the number of warps they can hold is then floored to a multiple of 4 (the *warp allocation granularity*: the register file is split among the SM's 4 sub-partitions, each holding whole warps), and divided into whole blocks;
 # - **shared memory**: the SM's shared memory, divided by what each block takes: its request rounded up to the allocation unit (256 bytes on compute capability 7.x, 128 from 8.0 on), plus 1 KiB per block that the driver reserves from 8.0 on.
 #
 # **Why it matters: Little's law.** To keep memory busy, the bytes in flight must equal latency × bandwidth.
@@ -459,7 +481,7 @@ for name in ("T4", "A100", "H100"):
 #
 # `sim.occupancy(gpu, threads_per_block, registers_per_thread, shared_mem_per_block)` follows the rules of NVIDIA's CUDA Occupancy Calculator; `gpu` is a card from `gpu_specs` or a compute capability.
 # The CUDA C++ Best Practices Guide's example: on compute capability 7.0 (V100), a kernel using 37 registers per thread reaches 75% occupancy with 128-thread blocks (12 blocks per SM) but 62.5% with 320-thread blocks (4 blocks; the guide rounds it to 63%).
-# Registers are the limit: 37 registers × 32 threads, rounded up to 1280 per warp, let 48 of 64 warps fit, and 48 warps are 12 blocks of 4 warps but only 4 blocks of 10 (40 warps).
+# Registers are the limit: 37 registers × 32 threads, rounded up to 1280 per warp, would hold 51 warps (65536 / 1280 = 51.2), floored to a multiple of 4: 48 of 64 warps fit, and 48 warps are 12 blocks of 4 warps but only 4 blocks of 10 (40 warps); without the floor, 51 warps would make 5 blocks of 10, not the guide's 4.
 
 # %%
 # (GPU or compute capability, threads/block, registers/thread, shared bytes/block): the guide's two launches, then one per limit.

@@ -118,9 +118,11 @@ from numba import cuda, float32, int64  # noqa: E402
 
 SIM = kernels.simulator_active()  # small problems in the simulator, large ones on a GPU
 where = "numba's CUDA simulator" if SIM else gpucourse.describe()
-# On a GPU numba warns about the small traced grids and host (numpy) arguments; the timed runs below use device arrays.
+# On a GPU numba warns about the small traced grids: speed is not the point of those launches.
 warnings.filterwarnings("ignore", message=".*Grid size .* will likely result in GPU under-utilization")
-warnings.filterwarnings("ignore", message=".*Host array used in CUDA kernel will incur copy overhead")
+# ... and about host (numpy) arguments, copied to the GPU and back at every launch (lecture 02, section 4.1): shown once,
+# as the reason why the timed runs below pass device arrays instead.
+warnings.filterwarnings("once", message=".*Host array used in CUDA kernel will incur copy overhead")
 rng = np.random.default_rng(0)
 print("kernels run in:", where)
 

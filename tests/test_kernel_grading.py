@@ -15,7 +15,7 @@ from course_helpers import one_class_per_module, reference_answered, source
 pytestmark = pytest.mark.slow
 
 VARIANTS_02 = {
-    # A forward model of its own, searched down from the cap, that forgets to hand registers to warps in groups of 4:
+    # A forward model of its own, searched down from the cap, that forgets to floor the warps the registers hold to a multiple of 4:
     # right whenever the blocks' warps are a multiple of 4 (every visible case), too generous otherwise.
     "forward_model": ("register_budget", (
         "def register_budget(gpu, threads_per_block, blocks_per_sm):\n    limits = gpu_specs.sm_limits(gpu)\n"

@@ -71,6 +71,37 @@ def test_occupancy_rejects_impossible_launches(launch, error):
         sim.occupancy(*launch)
 
 
+def _calculator_blocks_by_registers(limits, threads_per_block, registers_per_thread):
+    """cudaOccMaxBlocksPerSMRegsLimit of the CUDA toolkit's cuda_occupancy.h, line by line (partitioned
+    global caching off): registers go to warps in units of 256, and each of the SM's 4 sub-partitions
+    holds as many whole warps as its quarter of the register file allows."""
+    sub_partitions, regs_per_block = 4, 64 * 1024
+    warps_per_block = -(-threads_per_block // 32)
+    regs_per_warp = -(-registers_per_thread * 32 // 256) * 256
+    regs_assumed_per_block = regs_per_warp * (-(-warps_per_block // sub_partitions) * sub_partitions)  # the hardware check
+    if regs_per_block < regs_assumed_per_block or regs_per_block < regs_per_warp * warps_per_block:
+        return 0
+    warps_per_sub_partition = limits.registers_per_sm // sub_partitions // regs_per_warp
+    return warps_per_sub_partition * sub_partitions // warps_per_block
+
+
+def test_resident_warps_are_floored_to_a_multiple_of_4_for_a_5_warp_block():
+    """160-thread blocks (5 warps) at 40 registers on 8.0: 1280 registers per warp would hold 51 warps,
+    floored to 48 (12 per sub-partition), so 9 blocks and 45 warps, not the 10 blocks that 51 // 5 gives."""
+    result = sim.occupancy("8.0", 160, 40)
+    assert (result.blocks_by["registers"], result.blocks_per_sm, result.active_warps, result.limiter) == (9, 9, 45, "registers")
+
+
+@pytest.mark.parametrize("cc", ["7.0", "7.5", "8.0", "8.6", "9.0"])
+def test_register_limit_matches_the_occupancy_calculator_for_every_launch(cc):
+    limits = gpu_specs.sm_limits(cc)
+    for threads in range(32, 1025, 32):
+        for registers in range(1, 256):
+            expected = _calculator_blocks_by_registers(limits, threads, registers)
+            got = sim.occupancy(cc, threads, registers).blocks_by["registers"]
+            assert got == expected, f"cc {cc}, {threads} threads, {registers} registers: model {got}, calculator {expected}"
+
+
 def test_occupancy_by_block_size_covers_every_warp_multiple():
     curve = sim.occupancy_by_block_size("A100", registers_per_thread=40, shared_mem_per_block=6144)
     assert list(curve) == list(range(32, 1025, 32))

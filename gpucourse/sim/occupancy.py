@@ -4,8 +4,11 @@ a kernel fit on one streaming multiprocessor (SM) at once is the smallest of fou
 * **warps**: an SM holds at most ``max_warps_per_sm`` warps (a block of T threads is
   ``ceil(T / 32)`` warps);
 * **blocks**: and at most ``max_blocks_per_sm`` blocks, however small;
-* **registers**: a warp's registers are allocated in units of 256 (``32 × registers per
-  thread``, rounded up), and the register file is handed to warps in groups of 4;
+* **registers**: registers are allocated per warp, in units of 256 (``32 × registers per
+  thread``, rounded up); the number of warps the register file holds is then floored to a
+  multiple of 4 (the warp allocation granularity: the file is split among the SM's 4
+  sub-partitions, each holding whole warps, as ``cudaOccMaxBlocksPerSMRegsLimit`` in the CUDA
+  toolkit's ``cuda_occupancy.h`` computes it), and divided into whole blocks;
 * **shared memory**: a block's shared memory is allocated in units of 128 bytes (256 on
   compute capability 7.x), plus 1 KiB the driver reserves per block from 8.0 on.
 
@@ -87,6 +90,8 @@ def blocks_limited_by_registers(limits: SMLimits, warps: int, registers_per_thre
     if registers_per_thread == 0:
         return limits.max_blocks_per_sm  # a kernel with no registers is not bound by them
     registers_per_warp = _round_up(registers_per_thread * limits.warp_size, limits.register_alloc_unit)
+    # cuda_occupancy.h: (registers_per_sm / 4 sub-partitions) // registers_per_warp warps in each
+    # sub-partition, times 4; the same as flooring the SM's whole count to a multiple of 4.
     warps_that_fit = _round_down(limits.registers_per_sm // registers_per_warp, limits.warp_alloc_granularity)
     return warps_that_fit // warps
 

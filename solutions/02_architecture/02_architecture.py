@@ -127,7 +127,7 @@ check_bias_relu(9, 70, block=(16, 4))
 #
 # Write `block_sum_kernel(x, partial)`. It is launched with `SUM_BLOCK` threads per block and enough blocks to cover `x`; block `b` writes into `partial[b]` the sum of its chunk `x[b * SUM_BLOCK : (b + 1) * SUM_BLOCK]` (elements past the end of `x` count as 0).
 # Do it the GPU way:
-# 1. each thread loads one element into a shared array of `SUM_BLOCK` entries (`cuda.shared.array(SUM_BLOCK, numba.float64)`, or `np.float64`);
+# 1. each thread loads one element into a shared array of `SUM_BLOCK` entries (`cuda.shared.array(SUM_BLOCK, np.float64)`: this notebook imports numpy as `np`, and numba accepts numpy's dtypes);
 # 2. `cuda.syncthreads()`, so that every load is done before anyone reads;
 # 3. a tree: in each step the first half of the active threads add the second half's values to theirs, then synchronise again;
 # 4. thread 0 writes the block's total.
@@ -296,14 +296,14 @@ if kernels.gpu_or_explain("one thread runs saxpy hundreds of times slower than a
 #
 # Write `register_budget(gpu, threads_per_block, blocks_per_sm)`: the most registers per thread with which `blocks_per_sm` blocks of `threads_per_block` threads fit on one SM of `gpu`, by the register-allocation rules of the lecture:
 # - a warp takes `32 × registers_per_thread` registers, rounded *up* to a multiple of `register_alloc_unit` (256);
-# - warps receive registers in groups of `warp_alloc_granularity` (4): the SM's `registers_per_sm` serve a number of warps that is a multiple of 4;
+# - the number of warps the SM's `registers_per_sm` can hold, `registers_per_sm // registers_per_warp`, is floored to a multiple of `warp_alloc_granularity` (4), because the register file is split among the SM's 4 sub-partitions and each holds whole warps (NVIDIA's occupancy calculator, `cuda_occupancy.h`, computes it this way);
 # - no thread may use more than `max_registers_per_thread` (255).
 #
 # `gpu` is a card from `gpu_specs.GPUS` (`"T4"`, `"A100"`, `"H100"`, …) or a compute capability string (`"8.6"`); `gpu_specs.sm_limits(gpu)` gives that SM's limits.
 # Return an int.
 # Example: on compute capability 7.0, 12 blocks of 128 threads allow 40 registers per thread: with 40 an SM holds 12 such blocks, with 41 only 10 (so the lecture's 37-register kernel from the Best Practices Guide fits).
 #
-# Work it out in closed form: how many warps the register file must serve (in whole groups), how many registers that leaves each warp (in whole allocation units), and so each thread.
+# Work it out in closed form: how many warps the register file must hold (rounded up to a multiple of 4, since the floor above leaves only multiples of 4), how many registers that leaves each warp (in whole allocation units), and so each thread.
 # The lecture's `sim.occupancy(gpu, threads_per_block, registers_per_thread)` is the forward direction: its `blocks_by["registers"]` is how many blocks the registers alone allow.
 # Use it to check your answer; a search over register counts with it is accepted too, but the closed form is what shows you understand the budget.
 #
@@ -325,10 +325,10 @@ def register_budget(gpu, threads_per_block, blocks_per_sm):
     if warps > limits.max_warps_per_sm:
         raise ValueError(f"{blocks_per_sm} blocks of {threads_per_block} threads are {warps} warps: "
                          f"more than max_warps_per_sm ({limits.max_warps_per_sm}) on {limits.compute_capability}")
-    # Registers go to warps in whole groups, so the register file must serve the warps rounded up to a group.
-    served = math.ceil(warps / limits.warp_alloc_granularity) * limits.warp_alloc_granularity
+    # The warps the register file holds are floored to a multiple of 4, so it must hold the warps rounded up to one.
+    held = math.ceil(warps / limits.warp_alloc_granularity) * limits.warp_alloc_granularity
     # Each warp's share, cut down to whole allocation units: a warp cannot use part of a unit it was not given.
-    per_warp = limits.registers_per_sm // served // limits.register_alloc_unit * limits.register_alloc_unit
+    per_warp = limits.registers_per_sm // held // limits.register_alloc_unit * limits.register_alloc_unit
     return min(per_warp // limits.warp_size, limits.max_registers_per_thread)
     ### END SOLUTION
 
@@ -381,9 +381,9 @@ check_budget(("T4", 256, 4), 64)
 check_budget(("7.5", 1024, 1), 64)
 # 16 blocks (7.5's maximum) of 64 threads = 32 warps -> 64.
 check_budget(("T4", 64, 16), 64)
-# The cap binds: one warp, served as a group of 4; 65536 / 4 = 16384 -> 512 per thread, capped at 255.
+# The cap binds: one warp, rounded up to 4; 65536 / 4 = 16384 -> 512 per thread, capped at 255.
 check_budget(("A100", 32, 1), 255)
-# Granularity: 3 blocks of 3 warps = 9 warps, served as 12; 65536 / 12 = 5461.3 -> 5376 (21 × 256) -> 168 (9 warps would say 224).
+# Granularity: 3 blocks of 3 warps = 9 warps, rounded up to 12; 65536 / 12 = 5461.3 -> 5376 (21 × 256) -> 168 (9 warps would say 224).
 check_budget(("8.0", 96, 3), 168)
 # Threads round up to warps: 33 threads are 2 warps; 10 blocks = 20 warps; 65536 / 20 = 3276.8 -> 3072 -> 96.
 check_budget(("8.0", 33, 10), 96)
@@ -393,9 +393,9 @@ check_budget(("8.6", 256, 6), 40)
 check_budget(("8.9", 32, 24), 80)
 # L4 (8.9): 24 blocks of 2 warps = 48 warps -> 40.
 check_budget(("L4", 64, 24), 40)
-# 9.0: 5 blocks of 5 warps = 25 warps, served as 28; 65536 / 28 = 2340.6 -> 2304 -> 72 (25 warps would say 80).
+# 9.0: 5 blocks of 5 warps = 25 warps, rounded up to 28; 65536 / 28 = 2340.6 -> 2304 -> 72 (25 warps would say 80).
 check_budget(("H100", 160, 5), 72)
-# 544 threads = 17 warps, served as 20; 65536 / 20 = 3276.8 -> 3072 -> 96 (17 warps would say 120).
+# 544 threads = 17 warps, rounded up to 20; 65536 / 20 = 3276.8 -> 3072 -> 96 (17 warps would say 120).
 check_budget(("9.0", 544, 1), 96)
 # Full occupancy on an H100: 2 blocks of 32 warps = 64 -> 32; one such block on an H200: 32 warps -> 64.
 check_budget(("H100", 1024, 2), 32)

@@ -238,6 +238,9 @@ else:
 #
 # Below is a naive transpose: block `(bx, by)` covers a `TILE × TILE` tile of `x`, its `TILE × BLOCK_ROWS` threads each copy `TILE / BLOCK_ROWS` rows, and each thread writes `out[col, row] = x[row, col]`.
 # Its loads are coalesced (a warp reads along a row of `x`), but its stores are not: a warp writes down a column of `out`, 32 rows apart.
+# Why 32 × 8 threads for a 32 × 32 tile, when the lecture launched 32 × 32 (one thread per element)? This is the launch of NVIDIA's transpose (Mark Harris, "An Efficient Matrix Transpose in CUDA C/C++", NVIDIA Technical Blog, 2013): more work per thread, fewer threads per block.
+# Each thread computes its indices once for 4 elements and has 4 independent loads in flight, and a 256-thread block leaves room for several blocks per SM, so one block waiting at its barrier does not leave the SM idle.
+# A warp is still one row of 32 threads, so the lecture's sector and bank-conflict counts per request carry over.
 #
 # Write `transpose_tiled(x, out)` with the **same launch** (`transpose_launch(x.shape)`, blocks of `(TILE, BLOCK_ROWS)` threads):
 # 1. load the tile from `x` into a shared array, a warp reading along a row of `x`;
@@ -255,7 +258,7 @@ else:
 
 # %% nbgrader={"grade_id": "naive_transpose", "locked": true}
 TILE = 32
-BLOCK_ROWS = 8  # threads per block: TILE × BLOCK_ROWS = 256; each copies TILE // BLOCK_ROWS rows
+BLOCK_ROWS = 8  # threads per block: TILE × BLOCK_ROWS = 256; each copies TILE // BLOCK_ROWS rows (NVIDIA's transpose blog post, Harris 2013)
 TILE_PADDED = TILE + 1  # one column of padding; a module constant, so the compiler sees a constant shape
 
 
