@@ -32,6 +32,8 @@ def assert_close(actual, expected, *, rtol: float = 1e-5, atol: float = 1e-6, na
         raise AssertionError(f"{name}: expected a tensor on {expected.device}, got one on {actual.device}")
     if actual.numel() == 0:
         return
+    if _clearly_close(actual, expected, rtol, atol):
+        return
     got = actual.detach().to("cpu", torch.float64)
     want = expected.detach().to("cpu", torch.float64)
     both_nan = torch.isnan(got) & torch.isnan(want)
@@ -43,6 +45,22 @@ def assert_close(actual, expected, *, rtol: float = 1e-5, atol: float = 1e-6, na
             f"{name}: {int(bad.sum())} of {bad.numel()} values differ beyond rtol={rtol:g}, atol={atol:g}; "
             f"first at index {first}: got {got[first].item():.6g}, expected {want[first].item():.6g}"
         )
+
+
+def _clearly_close(actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> bool:
+    """Within half the tolerance everywhere, computed in the tensors' own floating dtype.
+
+    A quick first look (speed checks compare thousands of timed outputs): half the tolerance
+    leaves a margin far beyond float32 rounding, so anything it accepts the exact float64
+    comparison accepts too; anything else (NaN, an integer dtype, a value near the bound) gets
+    the exact comparison.
+    """
+    if not actual.dtype.is_floating_point or actual.dtype.itemsize < 4:
+        return False
+    with torch.no_grad():
+        error = (actual - expected).abs_()
+        bound = expected.abs().mul_(rtol / 2).add_(atol / 2)
+        return bool((error <= bound).all())
 
 
 def assert_equal(actual, expected, *, name: str = "result") -> None:

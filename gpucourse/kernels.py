@@ -72,6 +72,16 @@ def simulator_active() -> bool:
     return os.environ.get(SIMULATOR_ENV, "") == "1"
 
 
+def _simulate() -> None:
+    """Make the coming ``import numba.cuda`` choose the simulator, even where numba itself is imported already."""
+    os.environ[SIMULATOR_ENV] = "1"
+    if "numba.core.config" in sys.modules:  # numba read its environment when it was imported: read it again
+        from numba.core import config
+
+        config.reload_config()
+    simulator_blocks.install()
+
+
 def probe_gpu(timeout: float = 120.0) -> tuple[bool, str]:
     """Launch a tiny kernel in a fresh process: (works, what went wrong)."""
     environment = {key: value for key, value in os.environ.items() if key != SIMULATOR_ENV}
@@ -129,15 +139,14 @@ def _choose_mode() -> KernelMode:
             simulator_blocks.install()
         return KernelMode(simulated, "numba.cuda was already imported, so this is fixed until the kernel restarts")
     if os.environ.get(SIMULATOR_ENV) == "1":
-        simulator_blocks.install()
+        _simulate()
         return KernelMode(True, f"{SIMULATOR_ENV}=1 is set")
     visible, reason = _gpu_visible()
     if visible:
         works, reason = probe_gpu()
         if works:
             return KernelMode(False, "a test kernel ran on the GPU")
-    os.environ[SIMULATOR_ENV] = "1"
-    simulator_blocks.install()
+    _simulate()
     return KernelMode(True, reason + "; keep problem sizes small, every simulated thread is Python")
 
 

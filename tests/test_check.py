@@ -84,3 +84,17 @@ def test_assert_close_compares_numpy_arrays():
         check.assert_close(np.array([1.0, 3.0]), np.array([1.0, 2.0]))
     with pytest.raises(AssertionError, match="expected dtype"):
         check.assert_close(np.array([1, 2]), np.array([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_assert_close_decides_at_the_bound_as_the_exact_float64_comparison(dtype):
+    """The quick look (half the tolerance, in the tensors' own dtype) may only accept what the exact
+    comparison accepts: values just inside and just outside |got - want| <= atol + rtol * |want|."""
+    want = torch.tensor([1.0, 100.0, -3.0], dtype=torch.float64)
+    rtol, atol = 1e-2, 1e-3
+    bound = atol + rtol * want.abs()
+    inside, outside = (want + 0.97 * bound).to(dtype), (want + 1.03 * bound).to(dtype)
+    check.assert_close(inside, want.to(dtype), rtol=rtol, atol=atol)
+    with pytest.raises(AssertionError, match=r"3 of 3 values differ"):
+        check.assert_close(outside, want.to(dtype), rtol=rtol, atol=atol)
+

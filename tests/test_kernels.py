@@ -8,10 +8,10 @@ import pytest
 from gpucourse import kernels
 
 
-def _choose_in_fresh_process(env_setup: str) -> str:
-    """Run use_gpu_or_simulator in a new interpreter (numba decides once per process)."""
+def _choose_in_fresh_process(env_setup: str, then: str = "") -> str:
+    """Run use_gpu_or_simulator in a new interpreter (numba decides once per process), then ``then``."""
     code = (f"import os\n{env_setup}\nfrom gpucourse import kernels\nmode = kernels.use_gpu_or_simulator()\n"
-            "print('SIM', mode.simulator, kernels.simulator_active())")
+            f"print('SIM', mode.simulator, kernels.simulator_active())\n{then}")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     return run.stdout
@@ -21,6 +21,17 @@ def test_cpu_request_chooses_the_simulator_and_says_why():
     out = _choose_in_fresh_process("os.environ['GPUCOURSE_DEVICE'] = 'cpu'; os.environ.pop('NUMBA_ENABLE_CUDASIM', None)")
     assert "SIM True True" in out
     assert "GPUCOURSE_DEVICE=cpu" in out and "simulator" in out
+
+
+def test_the_simulator_is_chosen_even_after_numba_itself_was_imported():
+    """numba reads NUMBA_ENABLE_CUDASIM when it is imported (a notebook's `import numba` for @njit, say):
+    choosing the simulator afterwards must still make numba.cuda the simulator, and kernels must run."""
+    out = _choose_in_fresh_process(
+        "os.environ['GPUCOURSE_DEVICE'] = 'cpu'; os.environ.pop('NUMBA_ENABLE_CUDASIM', None)\nimport numba\n"
+        "import numba.core.errors",
+        then="import numpy as np\nfrom numba import cuda\n@cuda.jit\ndef ones(x):\n    x[cuda.grid(1)] = 1\n"
+             "x = np.zeros(64)\nones[2, 32](x)\nprint('LAUNCHED', x.sum())")
+    assert "SIM True True" in out and "LAUNCHED 64.0" in out
 
 
 def test_an_explicit_simulator_setting_is_respected():
