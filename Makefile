@@ -1,5 +1,6 @@
 # The course's commands. Each one creates .venv and installs what it needs first.
-#   make lab    open the course in JupyterLab
+#   make lab    open the course in JupyterLab (students: without nbgrader's instructor UI)
+#   make lab-instructor  the same with nbgrader's UI: Nbgrader menu (Formgrader), Create Assignment
 #   make test   run every test (what CI runs)
 #   make test-fast  the quick tier: no notebook runs, grading, kernels or browsers
 #   make build  regenerate the notebooks and assignments/ from their .py sources
@@ -9,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install lab test test-fast build lock clean
+.PHONY: install lab lab-instructor test test-fast build lock clean
 
 install: $(INSTALLED)
 
@@ -19,9 +20,12 @@ $(INSTALLED): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
 	@touch $(INSTALLED)
 
-# The command lives in autograder/lab.py: tests/test_browser.py starts the same one, headless.
+# The commands live in autograder/lab.py: tests/test_browser.py starts the same ones, headless.
 lab: $(INSTALLED)
 	$(BIN)/python -m autograder.lab
+
+lab-instructor: $(INSTALLED)
+	$(BIN)/python -m autograder.lab --instructor
 
 # Two workers; --dist loadscope keeps a module's (or class's) tests on one worker, so its
 # module- and class-scoped fixtures (a graded assignment, an nbgrader round trip) run once.

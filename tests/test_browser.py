@@ -1,9 +1,11 @@
 """The course in a real browser: JupyterLab as `make lab` starts it, driven by headless Chromium.
 
 What a student does: open lecture 02, run all cells, play with the occupancy calculator; open an
-assignment as released and run it. The server is `autograder.lab.lab_command` (what `make lab`
-runs) plus only what a headless test needs: no browser, a free port on 127.0.0.1, a token,
-checkpoints and Jupyter's user dirs in a temporary folder, autosave off.
+assignment as released and run it, in a JupyterLab without nbgrader's instructor UI. The server
+is `autograder.lab.lab_command` with `lab_environment` (what `make lab` runs) plus only what a
+headless test needs: no browser, a free port on 127.0.0.1, a token, checkpoints and Jupyter's
+user dirs in a temporary folder, autosave off. A second server, as `make lab-instructor` starts
+it, shows that the same page does have the instructor UI there (no kernel: nothing runs).
 Nothing in the repository may change: the server's contents events must all be reads, the
 opened notebooks keep their hashes and no file appears in their folders.
 
@@ -31,6 +33,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +42,7 @@ import nbformat
 import psutil
 import pytest
 
-from autograder.lab import REPO_ROOT, lab_command
+from autograder.lab import REPO_ROOT, lab_command, lab_environment
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]  # slow: make test-fast leaves it out
 
@@ -171,10 +174,10 @@ def browser():
         chromium.close()
 
 
-@pytest.fixture(scope="module")
-def lab(browser, tmp_path_factory):
-    untouched = _snapshot()
-    home = tmp_path_factory.mktemp("jupyter")
+@contextlib.contextmanager
+def _running_lab(home: Path, untouched: dict[str, str | None], *, instructor: bool = False, test_only: tuple[str, ...] = ()):
+    """JupyterLab as `make lab` (or, with ``instructor``, `make lab-instructor`) starts it, headless,
+    with Jupyter's user folders under ``home``, its log in the artifacts folder; shut down on exit."""
     for plugin, values in LAB_SETTINGS.items():  # user settings live in $JUPYTER_CONFIG_DIR/lab/user-settings
         settings = home / "config" / "lab" / "user-settings" / f"{plugin}.jupyterlab-settings"
         settings.parent.mkdir(parents=True, exist_ok=True)
@@ -186,11 +189,13 @@ def lab(browser, tmp_path_factory):
     port, token = _free_port(), secrets.token_hex(16)
     headless = ["--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
                 f"--IdentityProvider.token={token}",
-                f"--FileCheckpoints.checkpoint_dir={home / 'checkpoints'}"]  # JupyterLab checkpoints a notebook on opening it
-    log = _artifacts_dir() / "jupyterlab.log"
+                f"--FileCheckpoints.checkpoint_dir={home / 'checkpoints'}",  # JupyterLab checkpoints a notebook on opening it
+                *test_only]
+    log = _artifacts_dir() / ("jupyterlab-instructor.log" if instructor else "jupyterlab.log")
     url = f"http://127.0.0.1:{port}"
     with log.open("w") as log_file:
-        process = subprocess.Popen(lab_command(*headless), cwd=REPO_ROOT, env=env, stdout=log_file,
+        process = subprocess.Popen(lab_command(*headless, instructor=instructor), cwd=REPO_ROOT,
+                                   env=lab_environment(env, instructor=instructor), stdout=log_file,
                                    stderr=subprocess.STDOUT, start_new_session=True)
     try:
         _wait_for_server(process, url, token, log)
@@ -201,6 +206,22 @@ def lab(browser, tmp_path_factory):
         yield Lab(url, token, log, untouched)
     finally:
         _stop_server(process, url, token)
+
+
+@pytest.fixture(scope="module")
+def lab(browser, tmp_path_factory):
+    untouched = _snapshot()
+    with _running_lab(tmp_path_factory.mktemp("jupyter"), untouched) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def instructor_lab(browser, tmp_path_factory):
+    """`make lab-instructor`'s JupyterLab; notebooks open without a kernel (only the UI is looked at)."""
+    untouched = _snapshot()
+    with _running_lab(tmp_path_factory.mktemp("jupyter-instructor"), untouched, instructor=True,
+                      test_only=("--LabApp.notebook_starts_kernel=False",)) as running:
+        yield running
 
 
 # --- what the kernel and the server say, read off JupyterLab's websockets ---------------------
@@ -346,6 +367,33 @@ def _scroll_up_until_rendered(page, locator, steps: int = 80) -> None:
         page.wait_for_timeout(150)
 
 
+# --- nbgrader's instructor UI: hidden from students, there for instructors ---------------------
+
+NBGRADER_LAB_EXTENSION = "@jupyter/nbgrader"
+
+
+def _nbgrader_instructor_ui(page) -> dict[str, int]:
+    """How many of each of nbgrader's instructor elements the page shows."""
+    return {
+        "Nbgrader menu": page.locator("#jp-MainMenu").get_by_role("menuitem", name="Nbgrader", exact=True).count(),
+        "Create Assignment sidebar tab": page.locator(".jp-SideBar .lm-TabBar-tab", has_text="Create Assignment").count(),
+        "Validate button": page.locator(".jp-NotebookPanel-toolbar").get_by_text("Validate", exact=True).count(),
+    }
+
+
+def _disabled_extensions(page) -> list[str]:
+    """The page config's disabledExtensions: what this JupyterLab was told not to load."""
+    return page.evaluate("JSON.parse(document.getElementById('jupyter-config-data').textContent).disabledExtensions")
+
+
+def _http_status(lab: Lab, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"{lab.url}/{path}?token={lab.token}", timeout=30) as answer:
+            return answer.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
 # --- the tests --------------------------------------------------------------------------------
 
 
@@ -426,6 +474,12 @@ def test_assignment_release_fails_only_at_its_stubs(browser, lab, capsys):
     page, notebook, traffic = _open(browser, lab, ASSIGNMENT)
     cells = _code_cells(notebook)
     with _screenshot_on_failure(page, "assignment_02", capsys):
+        # A student's JupyterLab: none of nbgrader's instructor UI (the same selectors find each of
+        # them in test_instructor_lab_shows_nbgrader_instructor_ui), and nbgrader's pages are off.
+        _shot(page, "assignment_02_student_ui", capsys)
+        assert _nbgrader_instructor_ui(page) == {"Nbgrader menu": 0, "Create Assignment sidebar tab": 0, "Validate button": 0}
+        assert NBGRADER_LAB_EXTENSION in _disabled_extensions(page)
+        assert _http_status(lab, "formgrader") == 404, "nbgrader's formgrader answers in the students' JupyterLab"
         _run_menu(page, "runmenu:run-all")
         _wait_settled(page, notebook, cell=0)
         for _ in range(len(cells)):
@@ -465,3 +519,28 @@ def test_assignment_release_fails_only_at_its_stubs(browser, lab, capsys):
         assert shown == sorted({by_code[error["code"]] for error in traffic.errors})
     page.close()
     assert_repository_unchanged(lab.untouched, traffic)
+
+
+def test_instructor_lab_shows_nbgrader_instructor_ui(browser, instructor_lab, capsys):
+    """`make lab-instructor` keeps what `make lab` hides from students: the same assignment page
+    shows the Nbgrader menu, the Create Assignment sidebar and the Validate button, and the
+    formgrader answers. (Its notebook starts no kernel: only the UI is checked.)"""
+    from playwright.sync_api import expect
+
+    notebook = nbformat.read(REPO_ROOT / ASSIGNMENT, as_version=4)
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    page.set_default_timeout(60_000)
+    traffic = ServerTraffic()
+    traffic.watch(page)
+    page.goto(instructor_lab.page_url(ASSIGNMENT))
+    with _screenshot_on_failure(page, "assignment_02_instructor_ui", capsys):
+        page.wait_for_function("n => document.querySelectorAll('.jp-NotebookPanel .jp-Cell').length === n",
+                               arg=len(notebook.cells), timeout=90_000)
+        expect(page.locator(".jp-NotebookPanel-toolbar").get_by_text("Validate", exact=True)).to_be_visible()
+        assert _nbgrader_instructor_ui(page) == {"Nbgrader menu": 1, "Create Assignment sidebar tab": 1, "Validate button": 1}
+        assert NBGRADER_LAB_EXTENSION not in _disabled_extensions(page)
+        assert _http_status(instructor_lab, "formgrader") == 200
+        _shot(page, "assignment_02_instructor_ui", capsys)
+    page.close()
+    assert traffic.code == {}, "the instructor test ran code"
+    assert_repository_unchanged(instructor_lab.untouched, traffic)

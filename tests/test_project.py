@@ -141,10 +141,17 @@ def _check_jupyter_command(args: list[str]) -> None:
     assert done.returncode == 0, f"`jupyter {args[0]} --help` exited with {done.returncode}: {done.stderr[-500:]}"
 
 
+def _check_make_command(args: list[str]) -> None:
+    """Each target is one the Makefile has: ``make -n`` (prints, runs nothing) exits 0."""
+    done = subprocess.run(["make", "-n", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"`make {shlex.join(args)}` is not a target of the Makefile: {done.stderr.strip()[-500:]}"
+
+
 def test_readme_instructor_commands_exist(capsys):
     """Every command line of the instructor section names a command the installed tools have:
     ``autograder``'s parser accepts the whole line, ``nbgrader X`` is a subcommand of the installed
-    nbgrader (not deprecated), ``jupyter X --help`` exits 0. Any other program fails the test."""
+    nbgrader (not deprecated), ``jupyter X --help`` exits 0, ``make X`` is a Makefile target. Any
+    other program fails the test."""
     commands = _instructor_commands()
     assert len(commands) >= 5, f"expected the release/grade/feedback/export/formgrader commands, found {commands}"
     for argv in commands:
@@ -155,15 +162,27 @@ def test_readme_instructor_commands_exist(capsys):
             _check_nbgrader_command(argv[1:])
         elif argv[0] == "jupyter":
             _check_jupyter_command(argv[1:])
+        elif argv[0] == "make":
+            _check_make_command(argv[1:])
         else:
             pytest.fail(f"the README's instructor section runs {shlex.join(argv)!r}: this test does not know how to check {argv[0]!r}")
 
 
 def test_readme_formgrader_route_is_installed():
-    """The README sends instructors to JupyterLab's Nbgrader → Formgrader: nbgrader's formgrader server
-    extension and its JupyterLab extension (which adds the menu) are installed and enabled."""
+    """The README sends instructors to `make lab-instructor`, then JupyterLab's Nbgrader → Formgrader:
+    that target starts JupyterLab in instructor mode, which switches nothing of nbgrader off, and
+    nbgrader's formgrader server extension and its JupyterLab extension (which adds the menu) are
+    installed and enabled. (`make lab`, for students, switches them off: tests/test_lab.py.)"""
+    from autograder.lab import lab_command, lab_environment
+
     section = _instructor_section()
     assert "Nbgrader** menu" in section and "**Formgrader**" in section, "the README names the menu route to the Formgrader"
+    assert re.search(r"^make lab-instructor\s+# then menu Nbgrader → Formgrader", section, re.MULTILINE), \
+        "the README's instructor commands open the Formgrader with `make lab-instructor`"
+    recipe = re.search(r"^lab-instructor:.*\n\t(.+)$", (REPO_ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert recipe and recipe[1].endswith("-m autograder.lab --instructor"), f"make lab-instructor runs {recipe and recipe[1]!r}"
+    assert not any("jpserver_extensions" in arg for arg in lab_command(instructor=True)), lab_command(instructor=True)
+    assert lab_environment({}, instructor=True) == {}, "instructor mode adds a Jupyter config folder"
     jupyter = str(Path(sys.executable).with_name("jupyter"))
     server = subprocess.run([jupyter, "server", "extension", "list"], capture_output=True, text=True, timeout=120)
     lab = subprocess.run([jupyter, "labextension", "list"], capture_output=True, text=True, timeout=120)
