@@ -41,17 +41,26 @@ NBGRADER_SERVER_EXTENSIONS = (
     "nbgrader.server_extensions.course_list",
 )
 
+# The lectures' sources (course/NN_topic.py) sit beside the notebooks built from them; a student
+# should open the notebook. Student mode keeps them out of the file browser (hide_globs hides a
+# name from listings, nothing more: the file still opens by its path). The first five are Jupyter
+# Server's own defaults, which a flag for hide_globs replaces.
+HIDDEN_FROM_STUDENTS = ("__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "[0-9][0-9]_*.py")
+
 
 def lab_command(*extra: str, root_dir: Path = REPO_ROOT, instructor: bool = False) -> list[str]:
     """``jupyter lab`` of this environment over ``root_dir``, with ``extra`` flags, opening lecture 01;
-    for students (the default) without nbgrader's server extensions. Run it with
+    for students (the default) without nbgrader's server extensions and the lectures' sources. Run it with
     ``lab_environment(...)``, which hides nbgrader's JupyterLab extension from students."""
     jupyter = Path(sys.executable).with_name("jupyter")  # the venv's, beside its python (not resolved)
     launcher = [str(jupyter), "lab"] if jupyter.exists() else [sys.executable, "-m", "jupyterlab"]
     # Jupyter refuses to run as root unless told; in a container root is the usual user.
     as_root = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
     # Flags given on the command line win over the enabled extensions listed in config files.
-    students = [] if instructor else [f"--ServerApp.jpserver_extensions={name}=False" for name in NBGRADER_SERVER_EXTENSIONS]
+    students = [] if instructor else [
+        *(f"--ServerApp.jpserver_extensions={name}=False" for name in NBGRADER_SERVER_EXTENSIONS),
+        *(f"--ContentsManager.hide_globs={pattern}" for pattern in HIDDEN_FROM_STUDENTS),
+    ]
     return [*launcher, f"--ServerApp.root_dir={root_dir}", *as_root, *students, *extra, str(Path(root_dir) / FIRST_NOTEBOOK)]
 
 

@@ -394,6 +394,12 @@ def _http_status(lab: Lab, path: str) -> int:
         return error.code
 
 
+def _listed(lab: Lab, folder: str) -> set[str]:
+    """What JupyterLab's file browser lists in ``folder`` (the contents API it reads)."""
+    with urllib.request.urlopen(f"{lab.url}/api/contents/{folder}?token={lab.token}", timeout=30) as answer:
+        return {entry["name"] for entry in json.loads(answer.read())["content"]}
+
+
 # --- the tests --------------------------------------------------------------------------------
 
 
@@ -480,6 +486,8 @@ def test_assignment_release_fails_only_at_its_stubs(browser, lab, capsys):
         assert _nbgrader_instructor_ui(page) == {"Nbgrader menu": 0, "Create Assignment sidebar tab": 0, "Validate button": 0}
         assert NBGRADER_LAB_EXTENSION in _disabled_extensions(page)
         assert _http_status(lab, "formgrader") == 404, "nbgrader's formgrader answers in the students' JupyterLab"
+        course = _listed(lab, "course")  # each lecture once: the notebook, not also its .py source
+        assert "01_gpu_basics.ipynb" in course and not [name for name in course if name.endswith(".py")], sorted(course)
         _run_menu(page, "runmenu:run-all")
         _wait_settled(page, notebook, cell=0)
         for _ in range(len(cells)):

@@ -71,3 +71,23 @@ def test_main_starts_students_by_default_and_instructors_with_the_flag(monkeypat
     assert instructor[1:] == (lab.lab_command("--no-browser", instructor=True), lab.lab_environment(os.environ, instructor=True))
     assert "--instructor" not in instructor[1], "the flag is the launcher's, not jupyter lab's"
     assert student[0] == student[1][0] and instructor[0] == instructor[1][0]
+
+
+def test_student_lab_lists_the_lecture_notebooks_but_not_their_sources():
+    """course/ holds each lecture twice, its .py source and the notebook built from it: students see the
+    notebook only (item 13 of issue 12); instructors and authors see both."""
+    from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
+
+    def listed(command: list[str]) -> set[str]:
+        app = ServerApp()
+        app.parse_command_line([arg for arg in command if arg.startswith("--ContentsManager.")])
+        manager = AsyncLargeFileManager(config=app.config, root_dir=str(lab.REPO_ROOT))
+        return {path.name for path in (lab.REPO_ROOT / "course").iterdir() if manager.should_list(path.name)}
+
+    lectures = sorted((lab.REPO_ROOT / "course").glob("[0-9][0-9]_*.py"))
+    assert lectures, "no lecture sources found: the check would prove nothing"
+    student = listed(lab.lab_command())
+    assert {path.with_suffix(".ipynb").name for path in lectures} <= student
+    assert not {path.name for path in lectures} & student
+    assert "__pycache__" not in student  # Jupyter's own defaults still hide what they hid
+    assert {path.name for path in lectures} <= listed(lab.lab_command(instructor=True))
