@@ -74,6 +74,13 @@ def with_cell(nb, grade_id: str, new_source: str) -> nbformat.NotebookNode:
     return nb
 
 
+def with_extra_cells(nb, after_grade_id: str, *sources: str) -> nbformat.NotebookNode:
+    """``with_extra_cell`` for several cells, in the order given."""
+    for source in reversed(sources):
+        nb = with_extra_cell(nb, after_grade_id, source)
+    return nb
+
+
 def with_extra_cell(nb, after_grade_id: str, source: str) -> nbformat.NotebookNode:
     """A copy of ``nb`` with a new plain code cell (no nbgrader metadata) right after cell ``after_grade_id``."""
     nb = copy.deepcopy(nb)
@@ -362,6 +369,8 @@ describe = device_class = device
 """
 
 LEAK_MARKER = "LEAKED"
+# What a probing cell raises when it reached nothing: the note proves the cell ran to its end.
+PROBED_MARKER = "PROBED, nothing reachable:"
 
 
 class Symlink(str):
@@ -378,6 +387,7 @@ except OSError:
     _data = b""
 if _data:
     raise RuntimeError("{LEAK_MARKER}: read the private file behind {filename}: " + repr(_data[:40]))
+raise RuntimeError("{PROBED_MARKER} {filename}")
 """
 
 
@@ -429,6 +439,7 @@ for _path in {written!r}:
         pass
 if _leaks:
     raise RuntimeError("{LEAK_MARKER}: " + "; ".join(_leaks))
+raise RuntimeError("{PROBED_MARKER} {{}} paths".format({len(read) + len(listed) + len(written)}))
 """
 
 
@@ -448,7 +459,7 @@ def planted_copies(token: str) -> list[Path]:
 
 
 def probe_paths(course_root: Path, submissions_dir: Path, token: str) -> dict[str, dict]:
-    """What the two snooping students try: private course paths, and paths outside the course."""
+    """What the snooping student tries: private course paths, and paths outside the course."""
     solutions = course_root / "solutions" / ASSIGNMENT
     return {
         "private": dict(
@@ -498,11 +509,12 @@ def variants(course_root: Path, submissions_dir: Path, token: str = "probe") -> 
         "cache_by_address": {name: nb(answer(CACHE_BY_ADDRESS))},
         "cache_by_value": {name: nb(answer(CACHE_BY_VALUE))},
         "planted_modules": {name: nb(ref), "torch.py": PLANTED_TORCH.encode(), "gpucourse.py": _code(PLANTED_GPUCOURSE).encode()},
-        "snooping": {name: nb(with_extra_cell(ref, "imports", snooping_cell(**probes["private"])))},
-        "snooping_outside": {name: nb(with_extra_cell(ref, "imports", snooping_cell(**probes["outside"])))},
-        # A link in the submission folder to the course's solutions: the grader must not copy its target in.
-        "symlink_to_solutions": {name: nb(with_extra_cell(ref, "imports", reads_file_cell("notes.txt"))),
-                                 "notes.txt": Symlink(course_root / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.py")},
+        # Three probing cells in one submission (each raises a note of what it reached): the course's private
+        # paths, paths outside the course, and a link in the submission folder to the course's solutions
+        # (the grader must not copy its target in).
+        "snooping": {name: nb(with_extra_cells(ref, "imports", snooping_cell(**probes["private"]),
+                                               snooping_cell(**probes["outside"]), reads_file_cell("notes.txt"))),
+                     "notes.txt": Symlink(course_root / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.py")},
         "noisy": {name: nb(with_extra_cell(answer(NOISY_PAIRWISE), "imports", NOISE_CELL))},
         "forged_done": {name: nb(with_extra_cell(answer(LOOP), "imports", FORGED_DONE))},
     }
