@@ -287,7 +287,7 @@ if gpu_rates:
           f"(measured on {gpucourse.describe()})")
 
 # %%
-fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1, 1.1]})
+fig, (left, right) = plt.subplots(2, 1, figsize=(9, 7.6), gridspec_kw={"height_ratios": [1, 1.2]})  # stacked: each panel as wide as JupyterLab shows
 cpu_line = plots.versus_size(left, cpu_sizes, [r / 1e9 for r in cpu_rates], label=cpu_name, ylabel="GFLOP/s", xlabel="matrix side n")
 mark_noisy(left, cpu_sizes, [r / 1e9 for r in cpu_rates], cpu_noisy, cpu_line.get_color())
 if gpu_sizes:
@@ -477,7 +477,7 @@ print(f"ridge point of this CPU: {cpu_peak / 1e9:.0f} GFLOP/s / {cpu_bandwidth /
       f"{gpu_specs.peak_flops('H100', 'tf32') / gpu_specs.gpu('H100').memory_bandwidth:.0f} on its TF32 tensor cores (reported)")
 
 # %%
-fig, ax = plt.subplots(figsize=(11, 5.5))
+fig, ax = plt.subplots(figsize=(9.4, 5.2))
 cpu_points = [(f"mm n={n}" if n in (64, 1024) else "", n / 6, rate) for n, rate, noisy in zip(cpu_sizes, cpu_rates, cpu_noisy) if not noisy]
 plots.roofline(ax, cpu_peak, cpu_bandwidth, label=f"{cpu_name}, measured", points=cpu_points + [("add", 1 / 12, add_rate)], color="C0")
 mark_noisy(ax, [n / 6 for n in cpu_sizes], cpu_rates, cpu_noisy, "C0")

@@ -52,7 +52,7 @@ from gpucourse import gpu_specs, plots, sim, widgets
 # With a **grid-stride loop** (bottom), each thread also takes the element one grid-width (32) further on, in a second pass.
 
 # %%
-fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 4.2))
+fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 4.4))
 plots.launch_figure(top, n_elements=40, blocks=2, threads_per_block=16, grid_stride=False)
 plots.launch_figure(bottom, n_elements=40, blocks=2, threads_per_block=16, grid_stride=True)
 fig.suptitle("Which thread handles which element: the indexing rule, computed (no hardware involved)", fontsize=10)
@@ -82,12 +82,12 @@ for block in range(n_blocks):
     w, rest = divmod(block, wave)
     slot, sm = divmod(rest, t4.sms)  # round robin over the SMs
     slot_of[w * per_sm + slot, sm] = block
-fig, ax = plt.subplots(figsize=(14, 3.2))
+fig, ax = plt.subplots(figsize=(9.6, 3.6))
 ax.imshow(slot_of // wave, cmap="Pastel1", vmin=0, vmax=8, aspect="auto")  # empty slots (NaN) stay white
 for (row, sm), block in np.ndenumerate(slot_of):
     if not np.isnan(block):
-        ax.text(sm, row, int(block), ha="center", va="center", fontsize=6)
-ax.set_yticks(range(len(slot_of)), [f"wave {r // per_sm}, slot {r % per_sm}" for r in range(len(slot_of))], fontsize=7)
+        ax.text(sm, row, int(block), ha="center", va="center", fontsize=8, rotation=90)  # on end: three digits fit a column
+ax.set_yticks(range(len(slot_of)), [f"wave {r // per_sm}, slot {r % per_sm}" for r in range(len(slot_of))], fontsize=8)
 ax.set(xlabel=f"SM index ({t4.sms} SMs on a T4, reported)",
        title=f"{n_blocks} blocks of 256 threads, {per_sm} resident per SM: {wave} per wave (modelled for T4)")
 plt.show()
@@ -509,7 +509,7 @@ assert (sim.occupancy("7.0", 320, 37).blocks_per_sm, sim.occupancy("7.0", 320, 3
 widgets.occupancy_calculator(gpu="T4", threads_per_block=256, registers_per_thread=32)
 
 # %%
-fig, (left, right) = plt.subplots(1, 2, figsize=(13, 3.8))
+fig, (left, right) = plt.subplots(2, 1, figsize=(9.4, 6.4))
 plots.occupancy_by_block_size(left, sim.occupancy_by_block_size("7.0", registers_per_thread=37), current=128)
 left.set_title("37 registers/thread on compute capability 7.0 (modelled)", fontsize=10)
 plots.occupancy_by_block_size(right, sim.occupancy_by_block_size("A100", registers_per_thread=32, shared_mem_per_block=48 * 1024),

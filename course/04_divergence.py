@@ -79,7 +79,7 @@ assert sim.warp_cycles(cases[1][1], cases[1][2]) == 20 and sim.simt_efficiency(c
 # The figures draw three of these warps: time runs to the right, each row is a lane, and a lane is coloured while it is active on a path, grey while it is masked.
 
 # %%
-fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+fig, axes = plt.subplots(1, 3, figsize=(9.6, 4.4))
 for ax, (name, lane_paths, cost) in zip(axes, [cases[1], cases[3], cases[4]]):
     plots.active_masks(ax, lane_paths, cost)
     ax.set_title(f"{name}\n{sim.warp_cycles(lane_paths, cost)} cycles, "
@@ -495,7 +495,7 @@ if traces:
 
 # %%
 if traces:
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 3.4))
+    fig, (left, right) = plt.subplots(2, 1, figsize=(9.4, 5.8))  # stacked: 32 banks wide enough to number each
     worst = max(traces["reduce_strided"].requests("shared", "load", source="+="), key=lambda r: r.conflict_degree)
     first = traces["reduce_sequential"].requests("shared", "load", source="+=")[0]
     for ax, request, name in ((left, worst, "strided index"), (right, first, "sequential addressing")):
@@ -574,7 +574,7 @@ else:
         np.testing.assert_array_equal(d_partial.copy_to_host(), expected)
         bars.append((kernel.__name__, x.nbytes / seconds / 1e9, "measured"))
         print(f"{kernel.__name__:<19}: {seconds * 1e6:8.1f} µs per launch, {bars[-1][1]:6.0f} GB/s read (measured on {where})")
-    fig, ax = plt.subplots(figsize=(9, 2.8))
+    fig, ax = plt.subplots(figsize=(8.6, 2.8))
     plots.provenance_bars(ax, bars, xlabel="effective bandwidth, GB/s (higher is better)", fmt="{:.0f}")
     ax.set_title(f"Per-block sums of 16M float32, measured on {where}", fontsize=10)
     plt.show()
@@ -647,7 +647,7 @@ milliseconds = {key: float(np.median(times)) * 1e3 for key, times in seconds.ite
 for name, ratio in ratios.items():
     print(f"{name:<22}: random {milliseconds[(name, 'random')]:5.2f} ms, sorted {milliseconds[(name, 'sorted')]:5.2f} ms; "
           f"random / sorted {np.median(ratio):4.1f}× (5 rounds: {min(ratio):.1f}–{max(ratio):.1f}×; measured on {CPU}: the CPU analogue)")
-fig, ax = plt.subplots(figsize=(9, 3.2))
+fig, ax = plt.subplots(figsize=(8.6, 3.2))
 plots.provenance_bars(ax, [(f"{name}, {order}", ms, "measured") for (name, order), ms in milliseconds.items()],
                       xlabel="ms per million elements (lower is better)", fmt="{:.2f}")
 ax.set_title(f"Branch prediction, the CPU analogue: measured on {CPU}", fontsize=10)
@@ -721,8 +721,8 @@ widgets.divergence_explorer()
 # %%
 conditions = ["lane % 2 == 0", "tid % 64 < 32", "(tid // 8) % 2 == 0", "lane < 31"]
 costs = [(10, 10), (10, 10), (10, 10), (2, 30)]
-fig, axes = plt.subplots(1, 4, figsize=(16, 4.2))
-for ax, condition, (if_cost, else_cost) in zip(axes, conditions, costs):
+fig, axes = plt.subplots(2, 2, figsize=(9.6, 8.4))
+for ax, condition, (if_cost, else_cost) in zip(axes.flat, conditions, costs):
     paths = widgets.branch_paths(condition, warp=1)
     plots.active_masks(ax, paths, {"if": if_cost, "else": else_cost})
     ax.set_title(f"warp 1, if {condition}\nif {if_cost} / else {else_cost} cycles: "

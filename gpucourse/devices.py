@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
+from pathlib import Path
 
 import torch
 
@@ -70,6 +72,41 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")  # Linux: one folder per cache of the first core
+_SIZE_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def cpu_cache_bytes(caches: Path = CPU_CACHES) -> dict[int, int]:
+    """Bytes of each data cache level of the first CPU core, as the operating system reports them.
+
+    -> {level: bytes}, e.g. {1: 32768, 2: 1048576, 3: 33554432}; a shared last level is the
+    whole cache, not a core's share. Instruction caches are left out: data never lives there.
+    Read from Linux's sysfs, else from macOS's ``sysctl``; {} when neither says.
+    """
+    sizes = {}
+    for index in sorted(caches.glob("index*")):
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            level, size = int((index / "level").read_text()), (index / "size").read_text().strip()
+            sizes[level] = int(size[:-1]) * _SIZE_UNITS[size[-1]] if size[-1] in _SIZE_UNITS else int(size)
+        except (OSError, ValueError):
+            continue
+    return sizes or _sysctl_cache_bytes()
+
+
+def _sysctl_cache_bytes() -> dict[int, int]:
+    sizes = {}
+    for level, key in ((1, "hw.l1dcachesize"), (2, "hw.l2cachesize"), (3, "hw.l3cachesize")):
+        try:
+            value = int(subprocess.run(["sysctl", "-n", key], capture_output=True, text=True, timeout=5).stdout)
+        except (OSError, ValueError, subprocess.SubprocessError):
+            continue
+        if value > 0:
+            sizes[level] = value
+    return sizes
 
 
 def per_device(*, cpu, cuda):

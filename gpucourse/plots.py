@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 from matplotlib.patches import Patch
-from matplotlib.ticker import ScalarFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+from matplotlib.transforms import offset_copy
+
+# The smallest font a label may have at the size JupyterLab shows a figure (1:1 up to ~960 px wide).
+MIN_LABEL_POINTS = 8
 
 
 def roofline_curve(intensities, peak_flops: float, peak_bandwidth: float) -> np.ndarray:
@@ -89,15 +93,50 @@ def versus_size(
         raise ValueError(f"sizes and values differ in shape: {sizes.shape} vs {values.shape}")
     (line,) = ax.plot(sizes, values, color=color, label=f"{label} ({kind})", **_LINE_STYLE[kind])
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(ScalarFormatter())  # 1024, not 2^10
+    ax.xaxis.set_major_formatter(PLAIN_NUMBERS)  # 1024 and 16.8M, not 2^10 or 0.168 ×1e8
     if logy:
-        ax.set_yscale("log")
+        readable_log_axis(ax, "y")
     if xlabel is not None or not ax.get_xlabel():
         ax.set_xlabel(xlabel or "problem size n")
     if ylabel is not None:
         ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)
     return line
+
+
+def plain_number(value: float) -> str:
+    """A tick label a reader takes in at a glance: 0.05, 1024, 65536, 131k, 16.8M, 10⁻⁵ (never an offset, nor 1e-05)."""
+    exponent = np.log10(abs(value)) if value else 0.0
+    if value and exponent < -3 and abs(exponent - round(exponent)) < 1e-9:  # 10⁻⁵, not 1e-05
+        return f"$10^{{{round(exponent)}}}$"
+    if abs(value) < 1e5:  # up to 5 digits read fine as they are
+        return f"{value:g}"
+    scale, suffix = next((scale, suffix) for scale, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")) if abs(value) >= scale)
+    return f"{value / scale:.3g}{suffix}"
+
+
+PLAIN_NUMBERS = FuncFormatter(lambda value, _: plain_number(value))
+
+
+class _ReadableLogLocator(LogLocator):
+    """Log ticks that always label at least two values: every decade when the view spans two
+    decades or more; 1, 2 and 5 times each decade when it spans less (where plain decades would
+    give a single label, or none)."""
+
+    def tick_values(self, vmin, vmax):
+        low, high = sorted((max(vmin, 1e-300), max(vmax, 1e-300)))
+        self.set_params(subs=(1.0,) if np.log10(high / low) >= 2 else (1.0, 2.0, 5.0))
+        return super().tick_values(vmin, vmax)
+
+
+def readable_log_axis(ax, which: str = "y") -> None:
+    """Make ``ax``'s x or y axis (``which``) logarithmic, labelled with plain numbers (0.5, 2, 1e+06)
+    at every decade, or at 1-2-5 steps where the data spans less than two decades."""
+    getattr(ax, f"set_{which}scale")("log")
+    axis = getattr(ax, f"{which}axis")
+    axis.set_major_locator(_ReadableLogLocator())
+    axis.set_major_formatter(PLAIN_NUMBERS)
+    axis.set_minor_formatter(NullFormatter())
 
 
 def provenance_bars(ax, bars, *, xlabel: str, fmt: str = "{:.3g}", log: bool = False):
@@ -124,7 +163,7 @@ def provenance_bars(ax, bars, *, xlabel: str, fmt: str = "{:.3g}", log: bool = F
         patch.set_hatch(_BAR_STYLE[kind]["hatch"])
     ax.set_yticks(positions, names)
     if log:
-        ax.set_xscale("log")
+        readable_log_axis(ax, "x")
     ax.bar_label(container, labels=[fmt.format(v) for v in values], padding=3, fontsize=8)
     ax.set_xlabel(xlabel)
     ax.margins(x=0.2)
@@ -197,7 +236,7 @@ def occupancy_by_block_size(ax, curve, *, current: int | None = None):
     ax.set_ylim(0, 1.05)
     ax.set_xlim(0, sizes.max() + 32)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=MIN_LABEL_POINTS, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)  # beside: inside, it hid points
 
 
 def thread_map(n_elements: int, blocks: int, threads_per_block: int, *, grid_stride: bool = True) -> np.ndarray:
@@ -220,7 +259,7 @@ def launch_figure(ax, n_elements: int, blocks: int, threads_per_block: int, *, g
 
     Each cell carries the thread's index within its block; thick lines mark warp boundaries
     within a block and every pass of a grid-stride loop gets its own row. Elements nobody
-    handles are left white with a red cross: the bug of a grid smaller than the data.
+    handles are hatched red, with a legend entry of their own: the bug of a grid smaller than the data.
     """
     owner = thread_map(n_elements, blocks, threads_per_block, grid_stride=grid_stride)
     total_threads = blocks * threads_per_block
@@ -230,13 +269,12 @@ def launch_figure(ax, n_elements: int, blocks: int, threads_per_block: int, *, g
         row, col = divmod(element, total_threads)
         y = rows - 1 - row
         if thread < 0:
-            ax.add_patch(_cell(col, y, "white"))
-            ax.plot([col + 0.1, col + 0.9], [y + 0.1, y + 0.9], color="red", lw=1)
+            ax.add_patch(_box(col, y, 1, 1, **_UNHANDLED))
             continue
         block, local = divmod(int(thread), threads_per_block)
         ax.add_patch(_cell(col, y, cmap(block)))
         if total_threads <= 64:
-            ax.text(col + 0.5, y + 0.5, str(local), ha="center", va="center", fontsize=7)
+            ax.text(col + 0.5, y + 0.5, str(local), ha="center", va="center", fontsize=MIN_LABEL_POINTS)
     for boundary in range(0, total_threads + 1):
         if boundary % threads_per_block == 0:
             ax.axvline(boundary, color="black", lw=2)
@@ -246,11 +284,19 @@ def launch_figure(ax, n_elements: int, blocks: int, threads_per_block: int, *, g
     ax.set_ylim(0, rows)
     row_names = [f"pass {r}" for r in range(rows)] if grid_stride else [f"elements {r * total_threads}+" for r in range(rows)]
     ax.set_yticks([rows - 0.5 - r for r in range(rows)], row_names)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # thread indices are whole numbers
     ax.set_xlabel("global thread index (blockIdx.x · blockDim.x + threadIdx.x)")
     loop = "grid-stride loop" if grid_stride else "one element per thread"
     ax.set_title(f"{n_elements} elements, {blocks} blocks × {threads_per_block} threads, {loop}", fontsize=9)
     handles = [Patch(facecolor=cmap(b), edgecolor="black", label=f"block {b}") for b in range(min(blocks, 8))]
-    ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.005, 0.5), frameon=False)  # beside, not over, the cells
+    if (owner < 0).any():
+        handles.append(Patch(**_UNHANDLED, label="handled by no thread"))
+    ax.legend(handles=handles, fontsize=MIN_LABEL_POINTS, loc="center left", bbox_to_anchor=(1.005, 0.5),
+              frameon=False)  # beside, not over, the cells
+
+
+# An element no thread handles: drawn and listed in the legend alike.
+_UNHANDLED = {"facecolor": "white", "edgecolor": "red", "hatch": "//"}  # the hatch takes the edge colour (matplotlib < 3.10 has no hatchcolor)
 
 
 def _cell(x: float, y: float, colour):
@@ -284,15 +330,31 @@ def warp_sectors(ax, addresses, *, bytes_per_lane: int = 4, sector_bytes: int = 
         ax.add_patch(_box(x, 0, bytes_per_lane, 1, "C0", edge="none"))
         ax.plot([lane * len(sectors) * sector_bytes / max(len(addresses), 1) + 2, x + bytes_per_lane / 2], [2, 1],
                 color="0.5", lw=0.6)
+    starts = [index * sector_bytes for index in range(len(sectors))]
+    # Sector boundaries, behind the boxes: they stick out above and below where lanes fill both sides.
+    ax.vlines(starts[1:], -0.2, 1.2, color="black", lw=1, zorder=0.5)
     ax.set_xlim(0, len(sectors) * sector_bytes)
     ax.set_ylim(-0.3, 2.3)
     ax.set_yticks([0.5, 2], ["sectors\n(32 B)", "lanes"])
-    ax.set_xticks([index * sector_bytes for index in range(len(sectors))], [f"{s * sector_bytes}" for s in sectors],
-                  fontsize=6, rotation=90)
-    ax.set_xlabel("byte address of each touched sector (untouched ones left out)")
+    _sparse_ticks(ax, starts, [str(s * sector_bytes) for s in sectors])
+    ax.set_xlabel("byte address where each touched sector starts (untouched sectors left out)")
+    ax.legend(handles=[Patch(facecolor="C0", label="bytes the lanes asked for"),
+                       Patch(facecolor="#dbe9f6", edgecolor="0.4", label="rest of the sector, moved too")],
+              fontsize=MIN_LABEL_POINTS, loc="center left", bbox_to_anchor=(1.005, 0.5), frameon=False)
     efficiency = memory.load_efficiency(addresses, bytes_per_lane, sector_bytes)
     ax.set_title(title or f"{len(addresses)} lanes × {bytes_per_lane} B: {len(sectors)} sectors, "
                  f"{efficiency:.0%} of moved bytes used (modelled)", fontsize=9)
+
+
+def _sparse_ticks(ax, positions, labels, fontsize: float = MIN_LABEL_POINTS):
+    """Horizontal x tick labels at ``fontsize``, every k-th one, k as small as keeps them apart at the
+    axes' width; a minor tick still marks every position."""
+    fig = ax.get_figure()
+    axes_points = ax.get_position().width * fig.get_figwidth() * 72 * 0.8  # 0.8: room for tight_layout to shrink it
+    widest = max(len(label) for label in labels) * 0.62 * fontsize + fontsize  # a digit is ~0.6 em, plus a gap
+    step = max(1, int(np.ceil(widest / (axes_points / len(positions)))))
+    ax.set_xticks(positions[::step], labels[::step], fontsize=fontsize, rotation=0)
+    ax.set_xticks(positions, minor=True)
 
 
 def bank_map(ax, word_addresses, *, banks: int = 32, title: str | None = None):
@@ -306,40 +368,73 @@ def bank_map(ax, word_addresses, *, banks: int = 32, title: str | None = None):
         if word not in words_by_bank.setdefault(word % banks, []):
             words_by_bank[word % banks].append(word)
     degree = memory.bank_conflict_degree(word_addresses, banks)
+    ax.set_xlim(0, banks)
+    ax.set_ylim(0, max(degree, 1))
+    label = {word: str(lanes[0]) + ("+" if len(lanes) > 1 else "") for word, lanes in lanes_by_word.items()}
+    labelled = _fits_in_cells(ax, max(len(text) for text in label.values()))
     for bank, words in words_by_bank.items():
         for depth, word in enumerate(words):
             ax.add_patch(_box(bank, depth, 1, 1, "C3" if depth else "C2"))
-            lanes = lanes_by_word[word]
-            ax.text(bank + 0.5, depth + 0.5, str(lanes[0]) + ("+" if len(lanes) > 1 else ""), ha="center", va="center", fontsize=6)
-    ax.set_xlim(0, banks)
-    ax.set_ylim(0, max(degree, 1))
-    ax.set_xlabel("bank (word address mod 32); cells: the lane reading it, + for a broadcast to several")
-    ax.set_ylabel("replay")
+            if labelled:
+                ax.text(bank + 0.5, depth + 0.5, label[word], ha="center", va="center", fontsize=MIN_LABEL_POINTS)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("bank (word address mod 32)" + ("; in each cell, the lane reading it (+: a broadcast to several)" if labelled else ""))
+    ax.set_ylabel("passes through the banks")
     ax.set_title(title or f"bank-conflict degree {degree} (modelled)", fontsize=9)
+    ax.legend(handles=[Patch(facecolor="C2", edgecolor="0.4", label="first pass"),
+                       Patch(facecolor="C3", edgecolor="0.4", label="replay (conflict)")],
+              fontsize=MIN_LABEL_POINTS, loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False)
+
+
+def _fits_in_cells(ax, characters: int, fontsize: float = MIN_LABEL_POINTS) -> bool:
+    """Whether ``characters`` digits at ``fontsize`` fit in a data cell of 1 × 1 at the axes' current size and limits."""
+    fig = ax.get_figure()
+    position = ax.get_position()
+    x_low, x_high = ax.get_xlim()
+    y_low, y_high = ax.get_ylim()
+    cell_width = position.width * fig.get_figwidth() * 72 / abs(x_high - x_low)
+    cell_height = position.height * fig.get_figheight() * 72 / abs(y_high - y_low)
+    return cell_width >= characters * 0.62 * fontsize and cell_height >= 1.2 * fontsize
 
 
 def active_masks(ax, lane_paths, path_cost, *, title: str | None = None):
-    """A warp through a branch: each distinct path runs in turn, its lanes active, the others masked (modelled)."""
+    """A warp through a branch: each distinct path runs in turn, its lanes active, the others masked (modelled).
+
+    A path keeps its colour from its place in ``path_cost``, so "if" looks the same in every panel
+    whichever path a warp happens to take; the legend, under the axes, names each colour.
+    """
     from .sim import simt
 
+    colour = {path: f"C{index}" for index, path in enumerate(path_cost)}
     start = 0
     order = list(dict.fromkeys(path for path in lane_paths if path is not None))
-    for index, path in enumerate(order):
+    for path in order:
         cost = path_cost[path]
         for lane, taken in enumerate(lane_paths):
-            ax.add_patch(_box(start, lane, cost, 1, f"C{index}" if taken == path else "0.9", edge="none"))
-        ax.text(start + cost / 2, len(lane_paths) + 0.5, str(path), ha="center", va="bottom", fontsize=8)
+            ax.add_patch(_box(start, lane, cost, 1, colour[path] if taken == path else _MASKED, edge="none"))
         start += cost
     ax.set_xlim(0, max(start, 1))
-    ax.set_ylim(0, len(lane_paths) + 2)
+    ax.set_ylim(0, len(lane_paths))
     ax.invert_yaxis()
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))  # few ticks: the panels are often narrow
     ax.set_xlabel("cycles")
     ax.set_ylabel("lane")
     efficiency = simt.simt_efficiency(lane_paths, path_cost) if start else 0.0
     ax.set_title(title or f"{start} cycles, SIMT efficiency {efficiency:.0%} (modelled)", fontsize=9)
+    handles = [Patch(facecolor=colour[path], label=f"runs {path}") for path in order]
+    if any(taken != path for path in order for taken in lane_paths):
+        handles.append(Patch(facecolor=_MASKED, label="masked (idle)"))
+    # Under the x label whatever the axes' height: anchored 36 points below the axes.
+    below = offset_copy(ax.transAxes, fig=ax.get_figure(), y=-36, units="points")
+    ax.legend(handles=handles, fontsize=MIN_LABEL_POINTS, loc="upper center", bbox_to_anchor=(0.5, 0), bbox_transform=below,
+              ncol=1 if len(handles) <= 3 else 2, frameon=False)
 
 
-def _box(x, y, width, height, colour, edge="0.4"):
+_MASKED = "0.9"
+
+
+def _box(x, y, width, height, colour=None, edge="0.4", **style):
+    """A rectangle with a thin edge; ``style`` (facecolor, edgecolor, hatch, hatchcolor) overrides colour and edge."""
     from matplotlib.patches import Rectangle
 
-    return Rectangle((x, y), width, height, facecolor=colour, edgecolor=edge, lw=0.5)
+    return Rectangle((x, y), width, height, **{"facecolor": colour, "edgecolor": edge, "lw": 0.5, **style})

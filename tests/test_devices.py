@@ -1,3 +1,5 @@
+import types
+
 import pytest
 import torch
 
@@ -52,3 +54,31 @@ def test_describe_names_the_cpu_and_threads(monkeypatch):
     monkeypatch.setenv("GPUCOURSE_DEVICE", "cpu")
     text = gpucourse.describe()
     assert text.startswith("CPU ") and f"{torch.get_num_threads()} torch threads" in text
+
+
+def _fake_cache(root, index, level, kind, size):
+    folder = root / f"index{index}"
+    folder.mkdir(parents=True)
+    for name, value in (("level", level), ("type", kind), ("size", size)):
+        (folder / name).write_text(f"{value}\n")
+
+
+def test_cpu_cache_bytes_reads_data_caches_per_level_from_sysfs(tmp_path):
+    """Linux's sysfs layout: instruction caches are skipped, K and M suffixes are binary units."""
+    for index, (level, kind, size) in enumerate([(1, "Data", "32K"), (1, "Instruction", "64K"), (2, "Unified", "1024K"), (3, "Unified", "32M")]):
+        _fake_cache(tmp_path, index, level, kind, size)
+    assert devices.cpu_cache_bytes(tmp_path) == {1: 32 * 2**10, 2: 2**20, 3: 32 * 2**20}
+
+
+def test_cpu_cache_bytes_skips_an_unreadable_entry(tmp_path, monkeypatch):
+    _fake_cache(tmp_path, 0, 2, "Unified", "512K")
+    _fake_cache(tmp_path, 1, 3, "Unified", "lots")
+    monkeypatch.setattr(devices, "_sysctl_cache_bytes", lambda: {9: 1})  # must not be asked: sysfs answered
+    assert devices.cpu_cache_bytes(tmp_path) == {2: 512 * 2**10}
+
+
+def test_cpu_cache_bytes_asks_sysctl_where_there_is_no_sysfs(tmp_path, monkeypatch):
+    """macOS: sysctl reports hw.l1dcachesize and hw.l2cachesize, and no L3 on Apple's chips (0 or an error)."""
+    answers = {"hw.l1dcachesize": "65536\n", "hw.l2cachesize": "4194304\n", "hw.l3cachesize": "sysctl: unknown oid\n"}
+    monkeypatch.setattr(devices.subprocess, "run", lambda command, **kwargs: types.SimpleNamespace(stdout=answers[command[-1]]))
+    assert devices.cpu_cache_bytes(tmp_path / "absent") == {1: 65536, 2: 4 * 2**20}

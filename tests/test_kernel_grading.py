@@ -153,7 +153,7 @@ VARIANTS_04 = {
     # The given kernel under the new name: right results, divergent warps.
     "still_divergent": ("activate_uniform", (
         "@cuda.jit\ndef activate_uniform(x, out):\n    i = cuda.grid(1)\n    if i < x.size:\n        if i % 2 == 0:\n"
-        "            v = x[i]\n            for _ in range(EXPENSIVE_STEPS):\n                v = v * HALF + ONE\n"
+        "            v = x[i]\n            for _ in range(EXPENSIVE_STEPS):\n                v = v * DECAY + ONE\n"
         "            out[i] = v\n        else:\n            out[i] = -x[i]\n"
     ), "test_uniform_traced", "split their lanes"),
     # The tree without its barriers: each step reads words other threads write in the same step.
@@ -164,7 +164,7 @@ VARIANTS_04 = {
     "padded_divergent": ("activate_uniform", (
         "@cuda.jit\ndef activate_uniform(x, out):\n    i = cuda.grid(1)\n    pad = ONE\n    for _ in range(40):\n"
         "        pad = pad * ONE\n    if i < x.size:\n        if i % 2 == 0:\n"
-        "            v = x[i]\n            for _ in range(EXPENSIVE_STEPS):\n                v = v * HALF + ONE\n"
+        "            v = x[i]\n            for _ in range(EXPENSIVE_STEPS):\n                v = v * DECAY + ONE\n"
         "            out[i] = v\n        else:\n            out[i] = -x[i]\n"
     ), "test_uniform_traced", "split their lanes"),
     # Forged evidence: the divergent kernel, and the student's process patched to report no divergence. The launch
@@ -173,11 +173,11 @@ VARIANTS_04 = {
         "from gpucourse.sim import tracer as _tracer\n_tracer.Trace.divergent_warps = lambda self: []\n"
         "_tracer.Trace.simt_efficiency = lambda self: 1.0\n\n"
         "@cuda.jit\ndef activate_uniform(x, out):\n    i = cuda.grid(1)\n    if i < x.size:\n        if i % 2 == 0:\n"
-        "            v = x[i]\n            for _ in range(EXPENSIVE_STEPS):\n                v = v * HALF + ONE\n"
+        "            v = x[i]\n            for _ in range(EXPENSIVE_STEPS):\n                v = v * DECAY + ONE\n"
         "            out[i] = v\n        else:\n            out[i] = -x[i]\n"
     ), "test_uniform_traced", "split their lanes"),
     # The reference's remapping with Python float constants: right values in the simulator, float64 arithmetic on a GPU.
-    "float64_constants": ("activate_uniform", lambda given: given.replace("v * HALF + ONE", "v * 0.5 + 1.0"),
+    "float64_constants": ("activate_uniform", lambda given: given.replace("v * DECAY + ONE", "v * 0.999 + 1.0"),
                           "test_uniform_correct", "computes in float64"),
     # A float64 accumulator (a Python 0.0): the sum is right, its arithmetic float64.
     "float64_accumulator": ("sum_kernel", lambda given: given.replace("total = np.float32(0)", "total = 0.0"), "test_sum_correct", "computes in float64"),
@@ -209,7 +209,7 @@ VARIANTS_04 = {
     "while_loops_uniform": ("activate_uniform", (
         "@cuda.jit\ndef activate_uniform(x, out):\n    t = cuda.grid(1)\n    pair, lane = t // 64, t % 32\n"
         "    i = (64 * pair\n         + 2 * lane\n         + (t // 32) % 2)\n    if i < x.size:\n        if i % 2 == 0:\n"
-        "            v = x[i]\n            step = 0\n            while step < EXPENSIVE_STEPS:\n                v = (v * HALF\n"
+        "            v = x[i]\n            step = 0\n            while step < EXPENSIVE_STEPS:\n                v = (v * DECAY\n"
         "                     + ONE)\n                step += 1\n            out[i] = v\n        else:\n            out[i] = -x[i]\n"
     ), ("test_uniform_correct", "test_uniform_traced"), None),
     "while_loops_sum": ("sum_kernel", (

@@ -5,6 +5,8 @@ test_grading.py. With GPUCOURSE_EXECUTED_DIR set (scripts/gpu_check.sh), the exe
 notebooks and their run times are kept there.
 """
 
+import base64
+import struct
 import time
 
 import nbformat
@@ -13,6 +15,10 @@ import pytest
 from course_helpers import LECTURES, REPO_ROOT, budget_seconds, execute_notebook, keep_executed, one_class_per_module, output_errors
 
 pytestmark = pytest.mark.slow
+
+# JupyterLab's output area in the browser test's 1400-px window with the file browser open: a wider
+# figure is shrunk to fit, its labels with it (a 16-inch figure's 8-pt labels came out at 5 pt).
+SHOWN_WIDTH_PX = 960
 
 
 def execute(path, tmp_path):
@@ -35,6 +41,17 @@ class Lecture:
         print(f"{path.name}: {seconds:.1f} s")
         assert seconds < budget, f"{path.name} took {seconds:.0f} s, over its {budget} s budget"
         assert output_errors(notebook) == []
+        too_wide = {f"cell {index}": width for index, width in figure_widths(notebook) if width > SHOWN_WIDTH_PX}
+        assert too_wide == {}, f"figures wider than the {SHOWN_WIDTH_PX} px JupyterLab shows unscaled (px): {too_wide}"
+
+
+def figure_widths(notebook):
+    """(cell index, pixel width) of every PNG a notebook's outputs show; the width is in the PNG's header."""
+    for index, cell in enumerate(notebook.cells):
+        for output in cell.get("outputs", []):
+            png = output.get("data", {}).get("image/png")
+            if png:
+                yield index, struct.unpack(">I", base64.b64decode(png)[16:20])[0]
 
 
 one_class_per_module(Lecture, [path.stem for path in LECTURES], globals())

@@ -1,5 +1,7 @@
 """Tests of gpucourse.plots: the figures draw the data they are given, labelled with where it came from."""
 
+import re
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -177,3 +179,156 @@ def test_active_masks_draws_each_path_in_turn(ax):
     plots.active_masks(ax, paths, {"if": 10, "else": 5})
     assert ax.get_title() == "15 cycles, SIMT efficiency 42% (modelled)"
     assert ax.get_xlim() == (0, 15) and len(ax.patches) == 2 * 32
+
+
+# --- Readable at the size JupyterLab shows a figure (issue 12, item 18) ---------------------------
+
+
+def visible_tick_labels(axis):
+    """The tick labels a reader sees on ``axis`` after a draw: non-empty, inside the view."""
+    low, high = sorted(axis.get_view_interval())
+    return [tick.label1 for tick in axis.get_major_ticks()
+            if tick.label1.get_visible() and tick.label1.get_text() and low <= tick.get_loc() <= high]
+
+
+def overlapping(texts):
+    """Pairs of texts whose drawn extents overlap."""
+    boxes = [(text.get_text(), text.get_window_extent()) for text in texts]
+    return [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1:] if box_a.overlaps(box_b)]
+
+
+def legend_styles(ax):
+    """(facecolour, hatch) of each patch handle in ax's legend."""
+    return {(tuple(handle.get_facecolor()), handle.get_hatch() or "") for handle in ax.get_legend().legend_handles}
+
+
+def unlisted_patch_styles(ax):
+    """(facecolour, hatch) of patches drawn on ax that no legend entry shows: a colour or hatch the reader cannot decode."""
+    drawn = {(tuple(patch.get_facecolor()), patch.get_hatch() or "") for patch in ax.patches}
+    return drawn - legend_styles(ax)
+
+
+@pytest.mark.parametrize("low, high", [(2.0, 9.0), (0.3, 25.0), (1.2, 3.5)])
+def test_a_log_y_axis_labels_at_least_two_values_over_a_short_range(ax, low, high):
+    """logy over less than two decades labels 1-2-5 steps in plain numbers (lecture 03's strided sum had one label)."""
+    plots.versus_size(ax, [1, 2, 4, 8], np.geomspace(high, low, 4), label="sum", logy=True)
+    ax.figure.canvas.draw()
+    labels = [label.get_text() for label in visible_tick_labels(ax.yaxis)]
+    assert len(labels) >= 2, f"expected at least two labelled values between {low} and {high}, got {labels}"
+    assert all(re.fullmatch(r"[0-9.]+", label) for label in labels), f"expected plain numbers, got {labels}"
+
+
+def test_a_log_y_axis_over_many_decades_labels_decades_only(ax):
+    """Over six decades, the labels are the decades (1-2-5 steps there would crowd the axis)."""
+    plots.versus_size(ax, [1, 2, 4], [1e3, 1e6, 1e9], label="rate", logy=True)
+    ax.figure.canvas.draw()
+    assert [label.get_text() for label in visible_tick_labels(ax.yaxis)] == ["1000", "10000", "100k", "1M", "10M", "100M", "1G"]
+
+
+def test_versus_size_labels_large_sizes_without_an_offset(ax):
+    """Sizes up to 2^24 read as 65536 and 16.8M, not as 0.168 with '1e8' in a corner."""
+    plots.versus_size(ax, [2**10, 2**16, 2**24], [1, 2, 3], label="t")
+    ax.figure.canvas.draw()
+    labels = [label.get_text() for label in visible_tick_labels(ax.xaxis)]
+    assert {"1024", "65536", "16.8M"} <= set(labels), labels
+    assert ax.xaxis.get_offset_text().get_text() == ""
+
+
+@pytest.mark.parametrize("figsize", [(9.4, 1.9), (8, 3.2)], ids=["lecture panel", "explorer widget"])
+@pytest.mark.parametrize("stride, element_bytes", [(1, 4), (4, 4), (32, 4), (64, 16)])
+def test_sector_tick_labels_are_horizontal_legible_and_apart(figsize, stride, element_bytes):
+    """warp_sectors' address labels are horizontal, at least 8 pt and never overlap (they were 6 pt and on end)."""
+    from gpucourse import sim
+
+    fig, ax = plt.subplots(figsize=figsize)
+    try:
+        plots.warp_sectors(ax, sim.warp_addresses(stride=stride, element_bytes=element_bytes), bytes_per_lane=element_bytes)
+        fig.tight_layout()
+        fig.canvas.draw()
+        labels = visible_tick_labels(ax.xaxis)
+        assert len(labels) >= 2
+        assert [(label.get_text(), label.get_fontsize(), label.get_rotation()) for label in labels if label.get_fontsize() < 8
+                or label.get_rotation() != 0] == []
+        assert overlapping(labels) == []
+        assert labels[0].get_text() == str(sim.warp_addresses(stride=stride, element_bytes=element_bytes)[0] // 32 * 32)
+    finally:
+        plt.close(fig)
+
+
+def test_launch_figure_lists_the_cells_nobody_handles_in_its_legend(ax):
+    """Elements no thread handles are hatched, and the legend has that hatch (lecture 02 drew red marks it never explained)."""
+    plots.launch_figure(ax, 40, 2, 16, grid_stride=False)
+    hatched = [patch for patch in ax.patches if patch.get_hatch()]
+    assert len(hatched) == 8  # 40 elements, 32 threads
+    assert unlisted_patch_styles(ax) == set()
+    assert "handled by no thread" in [text.get_text() for text in ax.get_legend().get_texts()]
+
+
+def test_launch_figure_lists_no_unhandled_cells_when_every_element_is_handled(ax):
+    """A grid-stride loop leaves nobody out: no hatch drawn, no legend entry for one."""
+    plots.launch_figure(ax, 40, 2, 16)
+    assert [patch for patch in ax.patches if patch.get_hatch()] == []
+    assert [text.get_text() for text in ax.get_legend().get_texts()] == ["block 0", "block 1"]
+
+
+def test_every_colour_and_hatch_of_the_model_figures_has_a_legend_entry(ax):
+    """Sectors, banks, masks, bars: each fill the reader sees is named in the legend."""
+    from gpucourse import sim
+
+    fig = ax.figure
+    draws = {
+        "warp_sectors": lambda a: plots.warp_sectors(a, sim.warp_addresses(stride=2)),
+        "bank_map": lambda a: plots.bank_map(a, [32 * k for k in range(4)] + [1, 1]),
+        "active_masks": lambda a: plots.active_masks(a, ["if"] * 8 + ["else"] * 24, {"if": 10, "else": 5}),
+        "provenance_bars": lambda a: plots.provenance_bars(a, [("x", 1.0, "measured"), ("y", 2.0, "modelled")], xlabel="s"),
+    }
+    for name, draw in draws.items():
+        fig.clear()
+        target = fig.add_subplot()
+        draw(target)
+        assert unlisted_patch_styles(target) == set(), f"{name} fills the legend does not name"
+
+
+def test_active_masks_keep_a_path_colour_when_only_that_path_runs(ax):
+    """"else" is drawn in the same colour whether or not "if" ran first (lecture 04 showed it blue in one panel, orange in the others)."""
+    plots.active_masks(ax, ["else"] * 32, {"if": 10, "else": 10})
+    assert {patch.get_facecolor() for patch in ax.patches} == {matplotlib.colors.to_rgba("C1")}
+    assert [text.get_text() for text in ax.get_legend().get_texts()] == ["runs else"]
+
+
+@pytest.mark.parametrize("words, expect_labels", [([lane * 33 for lane in range(32)], True), ([lane * 32 for lane in range(32)], False)],
+                         ids=["1-way: 32 cells in a row", "32-way: 32 cells in a column"])
+def test_bank_map_labels_cells_only_where_the_labels_fit(words, expect_labels):
+    """Lane numbers in bank cells are 8 pt and apart, or left out where a cell is too small (a 32-way column was a smudge of 6-pt digits)."""
+    fig, ax = plt.subplots(figsize=(9.4, 2.7))
+    try:
+        plots.bank_map(ax, words)
+        fig.tight_layout()
+        fig.canvas.draw()
+        assert len(ax.texts) == (32 if expect_labels else 0)
+        assert [text.get_fontsize() for text in ax.texts if text.get_fontsize() < 8] == []
+        assert overlapping(ax.texts) == []
+        assert ("the lane reading it" in ax.get_xlabel()) == expect_labels
+    finally:
+        plt.close(fig)
+
+
+def test_occupancy_legend_hides_no_point():
+    """The occupancy plot's legend sits beside the axes, so it covers none of the modelled points (inside, at the
+    calculator's size, it hid one of an A100's at 40 registers)."""
+    from gpucourse import sim
+
+    fig, ax = plt.subplots(figsize=(8, 3.2))  # the calculator's figure
+    plots.occupancy_by_block_size(ax, sim.occupancy_by_block_size("A100", registers_per_thread=40), current=256)
+    fig.canvas.draw()
+    legend_box = ax.get_legend().get_window_extent()
+    points = np.concatenate([collection.get_offsets() for collection in ax.collections])
+    inside = [tuple(point) for point, shown in zip(points, ax.transData.transform(points)) if legend_box.contains(*shown)]
+    plt.close(fig)
+    assert inside == []
+
+
+def test_plain_number_reads_at_a_glance():
+    """Tick labels: small decades as powers of ten, large values with k/M/G, the rest as written."""
+    values = [1e-5, 2e-7, 0.05, 1, 1024, 65536, 131072, 2**24, 4.9e14]
+    assert [plots.plain_number(v) for v in values] == ["$10^{-5}$", "2e-07", "0.05", "1", "1024", "65536", "131k", "16.8M", "490T"]

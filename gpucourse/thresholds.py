@@ -1,0 +1,141 @@
+"""Modelled speedups of the course's GPU speed items, on every card of ``gpu_specs.GPUS``.
+
+A GPU speed threshold must be reachable on every card a student or a grader may have.
+Until a GPU run calibrates it (``scripts/gpu_check.sh``), this module is the reasoning behind it:
+for each graded speed item, the time of the baseline and of the reference answer at the item's
+timed sizes, from the card's reported bandwidth, FP32 FLOP/s, clock and latencies, and the fixed
+cost of a launch (``gpu_specs.LAUNCH_OVERHEAD_SECONDS``).
+
+The model is a roofline with a fixed cost: a kernel takes ``launches × overhead + max(bytes /
+bandwidth, FLOPs / peak)``. It ignores caches (every byte comes from device memory), occupancy and
+tail effects, so its numbers are *modelled*, never measured: label them so. It models the
+reference answers, whose launch counts and arithmetic are stated here; it holds no kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import gpu_specs
+from .sim import sectors_per_request, warp_addresses
+from .sim.memory import SECTOR_BYTES
+
+# A modelled speedup must clear the item's threshold by this factor on every card, so that a
+# model a little too kind (a cache it ignores, a launch it undercounts) still leaves the threshold reachable.
+SAFETY_MARGIN = 1.5
+FLOAT32_BYTES = 4
+
+
+@dataclass(frozen=True)
+class SpeedModel:
+    """One item on one card: modelled seconds of the baseline and of the reference answer."""
+
+    item: str
+    card: str
+    baseline_seconds: float
+    candidate_seconds: float
+    candidate_bound: str  # what sets the reference answer's time: "launches", "memory" or "compute"
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline_seconds / self.candidate_seconds
+
+
+def kernel_seconds(card: gpu_specs.GPUSpec, nbytes: float = 0.0, flops: float = 0.0, launches: int = 1) -> tuple[float, str]:
+    """Roofline time of ``launches`` kernels moving ``nbytes`` and doing ``flops`` (FP32) on ``card``, and what bounds it."""
+    fixed = launches * gpu_specs.LAUNCH_OVERHEAD_SECONDS
+    memory, compute = nbytes / card.memory_bandwidth, flops / card.fp32_flops
+    work = max(memory, compute)
+    bound = "launches" if fixed > work else ("compute" if compute > memory else "memory")
+    return fixed + work, bound
+
+
+def pairwise_speed(card: gpu_specs.GPUSpec, n: int = 200, m: int = 150, d: int = 4) -> SpeedModel:
+    """01 test_pairwise_speed: the row loop against the matmul identity, both in float32 torch.
+
+    The loop launches 4 kernels per row of x (``x[i] - y``, ``** 2``, ``.sum(dim=1)``, the copy into
+    ``out[i]``); the reference launches 9 (the matmul, two squares, two sums, the add, the doubling,
+    the subtraction, the clamp). At these sizes the data is a few KB, so launches set both times.
+    """
+    row_bytes = FLOAT32_BYTES * (2 * m * d + 2 * m * d + m * d + m + 2 * m)  # sub, pow, sum, copy: read + write
+    loop, _ = kernel_seconds(card, nbytes=n * row_bytes, flops=n * 3 * m * d, launches=4 * n)
+    identity_bytes = FLOAT32_BYTES * (3 * (n * d + m * d) + 6 * n * m)  # inputs read ~3 times, (n, m) passes
+    identity, bound = kernel_seconds(card, nbytes=identity_bytes, flops=2 * n * m * d + 5 * n * m, launches=9)
+    return SpeedModel("test_pairwise_speed", card.name, loop, identity, bound)
+
+
+def serial_cycles_per_element(itemsize: int = FLOAT32_BYTES) -> float:
+    """Cycles one thread spends per element of a streaming loop: an L1 hit's latency, plus a device-memory
+    miss once per 32-byte sector (the low ends of ``LATENCY_CYCLES``, so the baseline is modelled fast)."""
+    l1 = gpu_specs.LATENCY_CYCLES["L1 cache"][0]
+    dram = gpu_specs.LATENCY_CYCLES["global (DRAM/HBM)"][0]
+    return l1 + dram * itemsize / SECTOR_BYTES
+
+
+def launch_speed(card: gpu_specs.GPUSpec, n: int = 1 << 20) -> SpeedModel:
+    """02 test_launch_speed: saxpy on n float32 elements already on the GPU, one thread against a full grid.
+
+    One thread cannot overlap its loads with anything: each element waits for its load
+    (latency-bound, ``serial_cycles_per_element``). A full grid streams x and y in and out out at the
+    card's bandwidth.
+    """
+    serial = n * serial_cycles_per_element() / card.boost_clock_hz + gpu_specs.LAUNCH_OVERHEAD_SECONDS
+    grid, bound = kernel_seconds(card, nbytes=3 * n * FLOAT32_BYTES, flops=2 * n)
+    return SpeedModel("test_launch_speed", card.name, serial, grid, bound)
+
+
+def transpose_sectors(side: int, coalesced_stores: bool) -> int:
+    """32-byte sectors a side × side float32 transpose moves, one warp request per 32 elements read and written."""
+    requests = side * side // 32
+    loads = sectors_per_request(warp_addresses(stride=1))
+    stores = sectors_per_request(warp_addresses(stride=1 if coalesced_stores else side))
+    return requests * (loads + stores)
+
+
+def transpose_speed(card: gpu_specs.GPUSpec, side: int = 4096) -> SpeedModel:
+    """03 test_transpose_speed: the naive transpose (stores one float per sector) against the tiled one.
+
+    Every sector is taken to cross the memory bus; the L2 cache merges part of the naive kernel's
+    partial-sector stores, so a GPU shows less than this ratio.
+    """
+    naive, _ = kernel_seconds(card, nbytes=transpose_sectors(side, coalesced_stores=False) * SECTOR_BYTES)
+    tiled, bound = kernel_seconds(card, nbytes=transpose_sectors(side, coalesced_stores=True) * SECTOR_BYTES)
+    return SpeedModel("test_transpose_speed", card.name, naive, tiled, bound)
+
+
+def uniform_speed(card: gpu_specs.GPUSpec, n: int = 1 << 24, steps: int = 1024) -> SpeedModel:
+    """04 test_uniform_speed: the divergent kernel against the warp-uniform one, n float32 elements.
+
+    Both read and write 8 bytes per element. Even elements run ``steps`` fused multiply-adds (2 FLOPs
+    each), odd ones a negation. A divergent warp issues both paths with all 32 lanes, so every
+    element costs 2·steps + 1 FLOP slots; a uniform warp issues one path, so half as many on average.
+    The ratio reaches 2 only where the uniform kernel is compute-bound: its 2·steps / 2 FLOPs per
+    8 bytes must exceed the card's ridge point (``GPUSpec.ridge_point_fp32``).
+    """
+    nbytes = 2 * n * FLOAT32_BYTES
+    divergent, _ = kernel_seconds(card, nbytes=nbytes, flops=n * (2 * steps + 1))
+    uniform, bound = kernel_seconds(card, nbytes=nbytes, flops=n * (steps + 0.5))
+    return SpeedModel("test_uniform_speed", card.name, divergent, uniform, bound)
+
+
+# Each GPU speed item (by grade id) and its model.
+ITEMS = {
+    "test_pairwise_speed": pairwise_speed,
+    "test_launch_speed": launch_speed,
+    "test_transpose_speed": transpose_speed,
+    "test_uniform_speed": uniform_speed,
+}
+
+
+def models(item: str) -> list[SpeedModel]:
+    """The item's model on every card of ``gpu_specs.GPUS``: ``models("test_uniform_speed")``."""
+    if item not in ITEMS:
+        raise KeyError(f"no speed model for {item!r}; modelled items: {', '.join(ITEMS)}")
+    return [ITEMS[item](card) for card in gpu_specs.GPUS.values()]
+
+
+def describe(item: str, needed: float) -> str:
+    """One line per notebook: the threshold, and the modelled speedup and bound on each card."""
+    per_card = ", ".join(f"{m.card} {m.speedup:.3g}× ({m.candidate_bound}-bound)" for m in models(item))
+    return (f"needed {needed:g}×; modelled (not yet measured) for {', '.join(gpu_specs.GPUS)}: {per_card}. "
+            "scripts/gpu_check.sh calibrates it on the first GPU run.")
