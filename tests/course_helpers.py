@@ -114,6 +114,36 @@ def reference_answered(assignment: str, grade_id: str, code) -> nbformat.Noteboo
     cell.source = code
     return notebook
 
+# --- Lecture cells run on their own ----------------------------------------------------------
+
+
+def lecture_cells(lecture: Path, cell_type: str) -> list[str]:
+    """The sources of a lecture's cells of ``cell_type``, read from its .py source."""
+    import jupytext
+
+    return [cell.source for cell in jupytext.read(lecture).cells if cell.cell_type == cell_type]
+
+
+def lecture_cell(lecture: Path, marker: str, cell_type: str = "code") -> str:
+    """The one cell of ``lecture`` (of ``cell_type``) that contains ``marker``."""
+    found = [text for text in lecture_cells(lecture, cell_type) if marker in text]
+    assert len(found) == 1, f"expected one {cell_type} cell of {lecture.name} containing {marker!r}, found {len(found)}"
+    return found[0]
+
+
+def run_lecture_cell(lecture: Path, marker: str, **names):
+    """Run the code cell of ``lecture`` containing ``marker`` in a namespace holding ``names``; return the
+    namespace and what it printed."""
+    import contextlib
+    import io
+
+    namespace = dict(names)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(lecture_cell(lecture, marker), f"{lecture.name} (cell with {marker!r})", "exec"), namespace)
+    return namespace, out.getvalue()
+
+
 # --- Scratch courses ---------------------------------------------------------------------------
 
 

@@ -7,18 +7,15 @@ would depend on this machine, or reads what students read in the release.
 """
 
 import ast
-import contextlib
-import io
 import re
 import types
 
-import jupytext
 import matplotlib
 import nbformat
 import numpy as np
 import pytest
 
-from course_helpers import REPO_ROOT, release
+from course_helpers import REPO_ROOT, lecture_cell, lecture_cells, release, run_lecture_cell
 from gpucourse import plots, timing
 
 matplotlib.use("Agg")
@@ -29,22 +26,15 @@ KiB, MiB = 2**10, 2**20
 
 
 def cells(cell_type):
-    return [cell.source for cell in jupytext.read(LECTURE).cells if cell.cell_type == cell_type]
+    return lecture_cells(LECTURE, cell_type)
 
 
 def one_cell(marker, cell_type="code"):
-    found = [source for source in cells(cell_type) if marker in source]
-    assert len(found) == 1, f"expected one {cell_type} cell of {LECTURE.name} containing {marker!r}, found {len(found)}"
-    return found[0]
+    return lecture_cell(LECTURE, marker, cell_type)
 
 
 def run_cell(marker, **names):
-    """Run the code cell containing ``marker`` in a namespace holding ``names``; return the namespace and what it printed."""
-    namespace = dict(names)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(one_cell(marker), f"{LECTURE.name} (cell with {marker!r})", "exec"), namespace)
-    return namespace, out.getvalue()
+    return run_lecture_cell(LECTURE, marker, **names)
 
 
 def cpu_only(caches=None):

@@ -4,40 +4,29 @@ Each test runs one cell of course/01_gpu_basics.py with the names it needs, stub
 ones would measure or need a GPU, so the checks are exact and quick on any machine.
 """
 
-import contextlib
-import io
 import re
 import types
 
-import jupytext
 import matplotlib
 import pytest
 import torch
 
-from course_helpers import REPO_ROOT
+from course_helpers import REPO_ROOT, lecture_cell, lecture_cells, run_lecture_cell
 from gpucourse import gpu_specs, plots, timing
 
 LECTURE = REPO_ROOT / "course" / "01_gpu_basics.py"
 
 
 def cells(cell_type):
-    return [cell.source for cell in jupytext.read(LECTURE).cells if cell.cell_type == cell_type]
+    return lecture_cells(LECTURE, cell_type)
 
 
 def code_cell(marker):
-    """The one code cell of lecture 01 that contains ``marker``."""
-    found = [source for source in cells("code") if marker in source]
-    assert len(found) == 1, f"expected one code cell of {LECTURE.name} containing {marker!r}, found {len(found)}"
-    return found[0]
+    return lecture_cell(LECTURE, marker)
 
 
 def run_cell(marker, **names):
-    """Run the cell containing ``marker`` in a namespace holding ``names``; return the namespace and what it printed."""
-    namespace = dict(names)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(code_cell(marker), f"{LECTURE.name} (cell with {marker!r})", "exec"), namespace)
-    return namespace, out.getvalue()
+    return run_lecture_cell(LECTURE, marker, **names)
 
 
 def no_gpu(messages):
