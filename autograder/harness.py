@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from gpucourse import devices, sim
+from gpucourse.check import TimingFailure
 from gpucourse.compiler import CompilerMissing, compile_report, describe_signature, signature_descriptor
 from gpucourse.kernel_source import KernelCompileError, KernelSource
 
@@ -563,11 +564,11 @@ def _grade_with_retry(item: TestItem, plan: Plan, namespace: dict, worker: Stude
                       limits: sandbox.Limits, notebook_deadline: float) -> ItemResult:
     if worker.clock.now() > notebook_deadline:
         return ItemResult(item.grade_id, item.points, Outcome.TIMEOUT, 0.0, "the whole notebook ran past its time limit")
-    result = _grade_item(item, plan, namespace, worker, reference, limits, notebook_deadline)
-    if result.outcome == Outcome.FAILED:
-        # Once more, on new random inputs: a speed item measured during a burst of load
-        # on a shared machine must not cost a correct answer its points.
-        retry = _grade_item(item, plan, namespace, worker, reference, limits, notebook_deadline)
+    result, timing_failed = _grade_item(item, plan, namespace, worker, reference, limits, notebook_deadline)
+    if timing_failed:
+        # Measured once more: a burst of load on a shared machine must not cost a correct answer
+        # its points. Only then: a wrong answer gets no second draw of random inputs.
+        retry, _ = _grade_item(item, plan, namespace, worker, reference, limits, notebook_deadline)
         result = retry if retry.outcome == Outcome.PASSED else result
     return result
 
@@ -585,10 +586,11 @@ def _trusted_namespace(plan: Plan, notes: list[str]) -> dict:
 
 
 def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, reference: StudentWorker,
-                limits: sandbox.Limits, notebook_deadline: float) -> ItemResult:
+                limits: sandbox.Limits, notebook_deadline: float) -> tuple[ItemResult, bool]:
+    """The item's result, and whether it failed on a measured time (see :class:`~gpucourse.check.TimingFailure`)."""
     if item.requires_gpu and devices.device_class() != "cuda":
         return ItemResult(item.grade_id, item.points, Outcome.NEEDS_GPU, 0.0,
-                          "needs a GPU: not graded on this machine (no score, not a 0); regrade this item on a CUDA machine")
+                          "needs a GPU: not graded on this machine (no score, not a 0); regrade this item on a CUDA machine"), False
     # The student's code loads (or reloads after a crash) before the item's clock starts:
     # each cell has its own limit, and a slow or runaway cell must not cost the item its time.
     worker.ensure_started()
@@ -599,7 +601,7 @@ def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, r
     for name in plan.reference_functions:
         if callable(base.get(name)):
             namespace[name] = ReferenceFunction(base[name], reference, name, remaining)
-    output = io.StringIO()
+    output, timing_failed = io.StringIO(), False
     try:
         kinds = _result("names", worker.request(("names", plan.api_names), remaining()))
         for name, kind in kinds.items():
@@ -618,8 +620,8 @@ def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, r
         raise
     except Exception as error:  # noqa: BLE001 - any failure of the test is the item's outcome
         text = _first_line(str(error)) or "test failed"
-        outcome, score = Outcome.FAILED, 0.0
+        outcome, score, timing_failed = Outcome.FAILED, 0.0, isinstance(error, TimingFailure)
         message = text if getattr(error, "from_student", False) else f"{type(error).__name__}: {text}"
         if isinstance(error, NameError):  # most often a name an earlier cell should have defined, had it run
             message += worker.name_error_cause(text, item.question)
-    return ItemResult(item.grade_id, item.points, outcome, score, message, output.getvalue()[-2000:], time.monotonic() - started)
+    return ItemResult(item.grade_id, item.points, outcome, score, message, output.getvalue()[-2000:], time.monotonic() - started), timing_failed

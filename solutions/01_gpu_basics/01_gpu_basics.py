@@ -99,16 +99,19 @@ def middle_of(times):
 
 def check_median(seconds, spans, what, warmup=0):
     """``seconds`` is the median of the timed calls' real sleeps, give or take the cost of timing a call:
-    10 ms + 10%, plus twice the usual gap between two calls (a call may reach your code through another
-    process, and on a busy machine each trip takes longer: the gaps show how much)."""
+    10 ms + 10%, plus twice the usual gap between two calls, at most 40 ms (a call may reach your code
+    through another process, and on a busy machine each trip takes longer: the gaps show how much).
+    The sleeps below put every other statistic (a middle time, the mean) further away than that."""
     slept = [end - start for start, end in spans[warmup:]]
     gaps = [later[0] - earlier[1] for earlier, later in zip(spans, spans[1:])]
     expected = middle_of(slept)
-    tolerance = 0.01 + 0.1 * expected + 2 * (middle_of(gaps) if gaps else 0.0)
+    trips = min(2 * middle_of(gaps), 0.04) if gaps else 0.0
+    tolerance = 0.01 + 0.1 * expected + trips
     assert isinstance(seconds, float), f"time_call should return a float, got {type(seconds).__name__}"
-    assert abs(seconds - expected) <= tolerance, (
-        f"{what}: the timed calls slept {', '.join(f'{t * 1e3:.0f}' for t in sorted(slept))} ms, whose median is "
-        f"{expected * 1e3:.1f} ms; got {seconds * 1e3:.1f} ms")
+    if abs(seconds - expected) > tolerance:  # a timing failure: the grader measures the item once more before a 0
+        raise check.TimingFailure(
+            f"{what}: the timed calls slept {', '.join(f'{t * 1e3:.0f}' for t in sorted(slept))} ms, whose median is "
+            f"{expected * 1e3:.1f} ms; got {seconds * 1e3:.1f} ms")
 
 
 fn, calls, spans = sleeper([0.1, 0.1, 0.1, 0.002, 0.002, 0.002])
@@ -121,17 +124,17 @@ fn, calls, spans = sleeper([0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.0
 time_call(fn)
 assert len(calls) == 13, f"by default (warmup=3, repeats=10) fn should be called 13 times, was called {len(calls)}"
 
-# An even number of repeats: 2, 10, 90 and 300 ms once sorted, so the median is (10 + 90) / 2 = 50 ms; the lower
-# middle (10 ms) and the upper (90 ms) are 40 ms away, far outside what a busy machine adds to a timed call.
-fn, calls, spans = sleeper([0.09, 0.002, 0.3, 0.01])
+# An even number of repeats: 2, 10, 200 and 500 ms once sorted, so the median is (10 + 200) / 2 = 105 ms; the
+# lower middle (10 ms) and the upper (200 ms) are 95 ms away, the mean (178 ms) 73 ms: all far outside the tolerance.
+fn, calls, spans = sleeper([0.2, 0.002, 0.5, 0.01])
 seconds = time_call(fn, warmup=0, repeats=4)
 check_median(seconds, spans, "an even number of repeats: the median is the mean of the two middle ones")
 ### BEGIN HIDDEN TESTS
-# The median, not the mean: one slow outlier among five repeats must not move it.
-fn, calls, spans = sleeper([0.002, 0.002, 0.002, 0.15, 0.002, 0.002])
+# The median, not the mean: one slow outlier among five repeats must not move it (the mean is 82 ms).
+fn, calls, spans = sleeper([0.002, 0.002, 0.002, 0.4, 0.002, 0.002])
 seconds = time_call(fn, warmup=1, repeats=5)
 assert len(calls) == 6, f"warmup=1, repeats=5 should call fn 6 times, got {len(calls)}"
-check_median(seconds, spans, "the median of 5 times, one of them 150 ms", warmup=1)
+check_median(seconds, spans, "the median of 5 times, one of them 400 ms", warmup=1)
 
 # No warm-up at all, one repeat, keyword and positional arguments passed through.
 fn, calls, spans = sleeper([0.02])
@@ -139,9 +142,9 @@ seconds = time_call(fn, 1, 2, warmup=0, repeats=1)
 assert calls == [(1, 2)], f"warmup=0, repeats=1 should call fn once with (1, 2), got {calls}"
 assert isinstance(seconds, float) and spans[0][1] - spans[0][0] - 0.002 <= seconds < 0.5, f"one repeat of a 20 ms call: got {seconds:.4f} s"
 
-# Six repeats (2, 4, 20, 80, 150, 300 ms once sorted): the mean of the two middle times, (20 + 80) / 2 = 50 ms;
-# the lower middle (20), the upper middle (80) and the mean of all (93) are each 30 ms or more away from it.
-fn, calls, spans = sleeper([0.08, 0.3, 0.002, 0.15, 0.02, 0.004])
+# Six repeats (1, 2, 10, 200, 210, 700 ms once sorted): the mean of the two middle times, (10 + 200) / 2 = 105 ms;
+# the lower middle (10), the upper middle (200) and the mean of all (187) are each 80 ms or more away from it.
+fn, calls, spans = sleeper([0.2, 0.7, 0.001, 0.21, 0.01, 0.002])
 seconds = time_call(fn, warmup=0, repeats=6)
 check_median(seconds, spans, "median of 6 times")
 ### END HIDDEN TESTS
