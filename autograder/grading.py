@@ -208,7 +208,7 @@ def _run_pool(tasks: dict, jobs: int, progress) -> dict[str, StudentReport]:
 def _pool_round(tasks: dict, jobs: int, reports: dict, report_progress, earlier_failures: dict | None = None) -> dict[str, str]:
     """One pool over ``tasks``; returns {student: error} for those whose pool process failed."""
     lost: dict[str, str] = {}
-    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no state from the caller
+    context = _pool_context()
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(jobs, 1), mp_context=context) as pool:
         futures = {pool.submit(grade_submission, *task): student for student, task in tasks.items()}
         for future in concurrent.futures.as_completed(futures):
@@ -227,6 +227,17 @@ def _pool_round(tasks: dict, jobs: int, reports: dict, report_progress, earlier_
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise GradingStopped(f"{report.error}\n{report.log}".strip())
     return lost
+
+
+def _pool_context():
+    """Pool processes that hold no state of the caller's: forked from multiprocessing's fork server, a
+    fresh interpreter that has imported this module once (not every pool process again: 3 s each);
+    a fresh interpreter each where there is no fork server (not Linux)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    return context
 
 
 def _summary(report: StudentReport) -> str:

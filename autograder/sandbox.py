@@ -16,6 +16,7 @@ same resource limits, and the result records ``isolation: "reduced"``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import resource
@@ -73,6 +74,8 @@ class WorkerProcess:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        if hasattr(self.process, "close"):  # a forked worker's status pipe
+            self.process.close()
         for fd in (self.to_worker, self.from_worker):
             try:
                 os.close(fd)
@@ -153,26 +156,63 @@ def log_tail(workdir: Path, characters: int = 4000) -> str:
 
 
 def start_worker(workdir: Path, limits: Limits, hidden_paths: list[Path] = ()) -> WorkerProcess:
-    """Start ``python -I -m autograder.worker`` in ``workdir`` (the submission's own folder)."""
+    """Start a worker (``python -I -m autograder.worker``) in ``workdir`` (the submission's own folder).
+
+    It is forked from this process's fork server where there is one (:mod:`autograder.forkserver`:
+    the same sandbox, without importing torch again), else started as an interpreter of its own.
+    """
+    from . import forkserver
+
     workdir = Path(workdir).resolve()
     to_worker_read, to_worker = os.pipe()
     from_worker, from_worker_write = os.pipe()
-    command = [sys.executable, "-I", "-m", "autograder.worker", str(to_worker_read), str(from_worker_write)]
     log = log_path(workdir)
-    env = worker_environment(workdir, limits.threads)
-    if namespaces_available():
-        command, isolation = _namespaced(command, workdir, limits, hidden_paths), "namespaces"
-        preexec = None
+    namespaces = namespaces_available()
+    server = forkserver.server(limits.threads) if forkserver.enabled() else None
+    try:
+        process = None
+        if server is not None:
+            with contextlib.suppress(OSError):  # the server died: this worker starts on its own
+                process = _forked(server, workdir, limits, hidden_paths, [to_worker_read, from_worker_write], log, namespaces)
+        if process is None:
+            process = _popen(workdir, limits, hidden_paths, [to_worker_read, from_worker_write], log, namespaces)
+    finally:
+        os.close(to_worker_read)
+        os.close(from_worker_write)
+    return WorkerProcess(process, to_worker, from_worker, "namespaces" if namespaces else "reduced", log)
+
+
+def _popen(workdir: Path, limits: Limits, hidden_paths, fds: list[int], log: Path, namespaces: bool) -> subprocess.Popen:
+    command = [sys.executable, "-I", "-m", "autograder.worker", *map(str, fds)]
+    if namespaces:
+        command, preexec = _namespaced(command, workdir, limits, hidden_paths), None
     else:
-        isolation, preexec = "reduced", functools.partial(_apply_rlimits, limits, _address_space_limit(limits))
+        preexec = functools.partial(apply_rlimits, limits.file_bytes, _address_space_limit(limits),
+                                    None if os.geteuid() == 0 else limits.processes)
     with open(log, "ab") as output:
-        process = subprocess.Popen(
-            command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=output,
-            pass_fds=(to_worker_read, from_worker_write), preexec_fn=preexec, start_new_session=True,
+        return subprocess.Popen(
+            command, cwd=workdir, env=worker_environment(workdir, limits.threads), stdin=subprocess.DEVNULL, stdout=output,
+            stderr=output, pass_fds=fds, preexec_fn=preexec, start_new_session=True,
         )
-    os.close(to_worker_read)
-    os.close(from_worker_write)
-    return WorkerProcess(process, to_worker, from_worker, isolation, log)
+
+
+def _forked(server, workdir: Path, limits: Limits, hidden_paths, fds: list[int], log: Path, namespaces: bool):
+    """The worker forked by ``server``, in the sandbox :func:`_popen` would build (see :mod:`autograder.forkserver`)."""
+    uid = sandbox_user()
+    if namespaces:
+        os.chown(workdir, uid, uid)
+    request = {
+        "namespaces": namespaces, "script": new_root_script(workdir, hidden_paths) if namespaces else [],
+        "workdir": str(workdir), "uid": uid, "env": worker_environment(workdir, limits.threads),
+        "limits": {"file_bytes": limits.file_bytes, "address_space": _address_space_limit(limits),
+                   # as prlimit sets it in the sandbox; root ignores RLIMIT_NPROC, so only a non-root grader sets it otherwise
+                   "processes": limits.processes if namespaces or os.geteuid() != 0 else None},
+    }
+    log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        return server.start(request, [*fds, log_fd])
+    finally:
+        os.close(log_fd)
 
 
 def _address_space_limit(limits: Limits) -> int | None:
@@ -182,12 +222,13 @@ def _address_space_limit(limits: Limits) -> int | None:
     return None if torch.cuda.is_available() else limits.memory_bytes
 
 
-def _apply_rlimits(limits: Limits, address_space: int | None) -> None:
-    caps = [("RLIMIT_FSIZE", limits.file_bytes), ("RLIMIT_CORE", 0)] + ([("RLIMIT_AS", address_space)] if address_space else [])
+def apply_rlimits(file_bytes: int, address_space: int | None, processes: int | None) -> None:
+    """The worker's resource limits, set in its own process (``processes``: None leaves RLIMIT_NPROC alone)."""
+    caps = [("RLIMIT_FSIZE", file_bytes), ("RLIMIT_CORE", 0)] + ([("RLIMIT_AS", address_space)] if address_space else [])
+    if processes is not None:
+        caps.append(("RLIMIT_NPROC", processes))
     for name, value in caps:
         resource.setrlimit(getattr(resource, name), (value, value))
-    if os.geteuid() != 0:  # root ignores RLIMIT_NPROC; setting it would only confuse
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
 
 
 # The system's own folders, seen read-only: programs and libraries (the interpreter's shared
@@ -196,8 +237,13 @@ SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"
 NEW_ROOT = Path("/mnt/sandbox-root")  # built on a private tmpfs, in the worker's mount namespace only
 
 
-def _namespaced(command: list[str], workdir: Path, limits: Limits, hidden_paths) -> list[str]:
-    """Wrap ``command`` in unshare + a root of its own + prlimit + setpriv, as a shell script.
+def sandbox_user() -> int:
+    """The user id this grading process's workers run as (see FIRST_SANDBOX_UID)."""
+    return FIRST_SANDBOX_UID + os.getpid() % 100_000
+
+
+def new_root_script(workdir: Path, hidden_paths) -> list[str]:
+    """Shell commands that build the worker's root under NEW_ROOT, in a fresh mount namespace.
 
     The worker's file system is an allow-list: a fresh root holding the system folders and
     the interpreter, its packages and the course's packages (all read-only), the submission's
@@ -205,8 +251,6 @@ def _namespaced(command: list[str], workdir: Path, limits: Limits, hidden_paths)
     else of the machine exists there: not the course, not a second copy of it, not the
     grader's home. ``hidden_paths`` are hidden again should one lie inside what is kept.
     """
-    uid = FIRST_SANDBOX_UID + os.getpid() % 100_000
-    os.chown(workdir, uid, uid)
     root = shlex.quote(str(NEW_ROOT))
     script = ["set -e", "mount --make-rprivate /", "mount -t tmpfs -o size=1m,mode=0755 tmpfs /mnt",
               f"mkdir -p {root}", f"mount -t tmpfs -o size=16m,mode=0755 tmpfs {root}"]
@@ -226,6 +270,14 @@ def _namespaced(command: list[str], workdir: Path, limits: Limits, hidden_paths)
         path = path.resolve()
         if path.exists() and any(path.is_relative_to(folder) for folder in shown) and not workdir.is_relative_to(path):
             script += _cover(NEW_ROOT / path.relative_to("/"), is_file=path.is_file())
+    return script
+
+
+def _namespaced(command: list[str], workdir: Path, limits: Limits, hidden_paths) -> list[str]:
+    """Wrap ``command`` in unshare + a root of its own (:func:`new_root_script`) + prlimit + setpriv, as a shell script."""
+    uid = sandbox_user()
+    os.chown(workdir, uid, uid)
+    script = new_root_script(workdir, hidden_paths)
     address_space = _address_space_limit(limits)
     limited = [
         "prlimit", *([f"--as={address_space}"] if address_space else []), f"--nproc={limits.processes}",
@@ -234,6 +286,7 @@ def _namespaced(command: list[str], workdir: Path, limits: Limits, hidden_paths)
         "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--pdeathsig=KILL", "--",
         *command,
     ]
+    root = shlex.quote(str(NEW_ROOT))
     script.append(f"exec {shlex.quote(_chroot())} {root} /bin/sh -c {shlex.quote(f'cd {shlex.quote(str(workdir))} && exec ' + shlex.join(limited))}")
     # unshare dies with the grading process (a killed pool process leaves no worker running on).
     return ["setpriv", "--pdeathsig=KILL", "--", "unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "--",

@@ -116,32 +116,43 @@ def _boot_time() -> float:
 
 
 _BOOT_TIME, _TICKS = _boot_time(), os.sysconf("SC_CLK_TCK")
-# A worker's HOME is its folder in the grader's scratch: <tmp>/grade-<assignment>-XXXX/work/<student>[.reference]
-_WORKER_HOME = re.compile(rf"/grade-{re.escape(ASSIGNMENT)}-[^/]+/work/(?P<student>[^/]+?)(?:\.reference)?$")
+# A worker's folder in the grader's scratch: <tmp>/grade-<assignment>-XXXX/work/<student>[.reference|.kernel-...]
+_WORKER_FOLDER = re.compile(rf"/grade-{re.escape(ASSIGNMENT)}-[^/]+/work/(?P<student>[^/.]+)(?:\.reference|\.kernel-[^/]+)?$")
+
+
+def _worker_folders(pid: str) -> list[str]:
+    """Where process ``pid`` says it belongs: its HOME as it started (what processes the student's code
+    started inherit), and its working folder (a worker forked by the fork server started with the server's HOME)."""
+    folders = []
+    with contextlib.suppress(OSError):
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        folders += [item[5:].decode(errors="replace") for item in environ if item.startswith(b"HOME=")]
+    with contextlib.suppress(OSError):
+        folders.append(os.readlink(f"/proc/{pid}/cwd"))  # seen from here: /mnt/sandbox-root/<the folder>
+    return folders
 
 
 def _sandbox_processes(students: set[str], since: float) -> list[tuple[int, bool, str]]:
     """(pid, whether it is its PID namespace's init, student) of the sandbox processes that this
-    test started: their HOME is a worker folder of one of ``students``, and they started after ``since``."""
+    test started: their HOME or working folder is a worker folder of one of ``students``, and they
+    started after ``since``."""
     found = []
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not entry.isdigit():
             continue
+        matches = [match for folder in _worker_folders(entry) if (match := _WORKER_FOLDER.search(folder))]
+        if not matches or matches[0]["student"] not in students:
+            continue
         try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
             status = Path(f"/proc/{entry}/status").read_text()
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
-            continue
-        home = next((item[5:].decode(errors="replace") for item in environ if item.startswith(b"HOME=")), "")
-        match = _WORKER_HOME.search(home)
-        if not match or match["student"] not in students:
             continue
         started = _BOOT_TIME + int(stat.rsplit(")", 1)[1].split()[19]) / _TICKS
         if started < since - 1:
             continue
         nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
-        found.append((int(entry), bool(nspid) and nspid[-1] == "1", match["student"]))
+        found.append((int(entry), bool(nspid) and nspid[-1] == "1", matches[0]["student"]))
     return found
 
 
@@ -514,18 +525,25 @@ class TestForkBomb:
 # -- the grading pool --------------------------------------------------------------------
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def _pool_processes(working: bool = False) -> list[int]:
-    """This process's multiprocessing children (the grading pool's processes); with ``working``,
-    only those that have started a worker of their own (a student is being graded)."""
-    found = []
+    """The grading pool's processes this process started: spawned children, or the children of its
+    multiprocessing fork server (the pool forks them there, see ``grading._pool_context``); with
+    ``working``, only those that have started a process of their own (a student is being graded)."""
+    candidates = []
     for pid in sandbox._children(os.getpid()):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"spawn_main" in cmdline and (not working or sandbox._children(pid)):
-            found.append(pid)
-    return found
+        cmdline = _cmdline(pid)
+        if b"spawn_main" in cmdline:
+            candidates.append(pid)
+        elif b"multiprocessing.forkserver" in cmdline:
+            candidates += sandbox._children(pid)
+    return [pid for pid in candidates if not working or sandbox._children(pid)]
 
 
 def _kill_pool_processes() -> list[int]:
@@ -644,7 +662,9 @@ def busy_run(tmp_path_factory):
     course = make_course(root, released=False)  # graded without a gradebook
     students = {name: files for name, files in adv.variants(course, root / "submissions").items() if name in BUSY_STUDENTS}
     students.update(adv.hanging_variants())
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    # Bounded, should this test's process die before its finally: a stray spinner would slow every later run.
+    spin = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end:\n    pass\n"
+    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
     try:
         return grade(root, students, limits=HANG_LIMITS, course=course, gradebook=False)
     finally:

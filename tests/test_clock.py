@@ -51,7 +51,9 @@ def test_fair_seconds_run_slower_by_the_slowdown(monkeypatch):
 @needs_proc
 def test_runnable_tasks_of_a_process_tree_are_counted():
     """Busy grandchildren count towards the tree of the process that started them."""
-    script = "import subprocess, sys; ps = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(2)]; [p.wait() for p in ps]"
+    # The spinners stop on their own after a minute: one started just as the test kills the others must not spin on for hours.
+    spin = "import time\\nend = time.monotonic() + 60\\nwhile time.monotonic() < end:\\n    pass"
+    script = f"import subprocess, sys; ps = [subprocess.Popen([sys.executable, '-c', '{spin}']) for _ in range(2)]; [p.wait() for p in ps]"
     parent = subprocess.Popen([sys.executable, "-c", script])
     try:
         seen = 0

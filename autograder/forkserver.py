@@ -1,0 +1,318 @@
+"""Start grading workers from an interpreter that has already imported torch: a fork server.
+
+A worker spends most of its start importing torch, numpy, numba and the course's packages
+(about 2 s of CPU), and a grading run starts several per student (their worker, the
+reference's, a kernel runner per kernel). The fork server is one interpreter per grading
+process that imports what a worker imports and then does nothing but fork: for each worker
+it is asked for, its child builds the same sandbox as :func:`sandbox.start_worker`'s shell
+script (new mount, network and PID namespaces, a root of its own, limits, a user id of its
+own) around itself and serves the harness as ``python -m autograder.worker`` would.
+
+What the server holds is only imported modules: never a plan, a test, a reference answer or
+a submission. It is told a worker's folder, limits and environment, and is handed the
+worker's pipes; every worker is a fresh fork of that clean state. Where it cannot help (a
+GPU grader: CUDA does not survive a fork; not Linux; ``GPUCOURSE_FORK_SERVER=0``) or cannot
+start, workers start as separate interpreters, as before.
+
+Each worker has a waiter: the server's child, which unshares the namespaces, forks the
+worker (the first process of its PID namespace) and reports its exit status on a pipe the
+harness reads (:class:`ForkedProcess`), as ``unshare --fork`` does for a Popen.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import functools
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+ENABLE_ENV = "GPUCOURSE_FORK_SERVER"  # "0": start every worker as a separate interpreter
+READY_SECONDS = 120.0  # the server's own start (its imports), on a busy machine
+PID_SECONDS = 30.0  # a fork, on a busy machine
+_CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
+_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+
+
+# -- the grading process's side -------------------------------------------------------------
+
+
+class ForkedProcess:
+    """The part of a ``subprocess.Popen`` the harness uses, for a worker the fork server started.
+
+    ``pid`` is the worker's waiter (its process group and the root of its tree); the exit
+    status comes on ``status_fd``: a line ``exit N`` from the waiter, or nothing if the
+    waiter itself was killed (then the worker died with it: reported as SIGKILL).
+    """
+
+    def __init__(self, pid: int, status_fd: int):
+        self.pid, self._fd, self.returncode = pid, status_fd, None
+        self._received = b""
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._fd is not None:
+            self._read(0.0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+            self._read(left)
+        return self.returncode
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _read(self, seconds: float | None) -> None:
+        ready, _, _ = select.select([self._fd], [], [], seconds)
+        if not ready:
+            return
+        chunk = os.read(self._fd, 256)
+        self._received += chunk
+        for line in self._received.decode(errors="replace").splitlines():
+            if line.startswith("exit "):
+                self.returncode = int(line.split()[1])
+        if not chunk and self.returncode is None:  # the waiter died without a word: killed
+            self.returncode = -signal.SIGKILL
+
+
+class ForkServer:
+    """One fork server, started by (and dying with) this grading process."""
+
+    def __init__(self, threads: int, log: Path):
+        from . import sandbox
+
+        self.threads, self.log = threads, log
+        self._lock = threading.Lock()
+        self.socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = sandbox.worker_environment(log.parent, threads)
+        with open(log, "ab") as output:
+            self.process = subprocess.Popen([sys.executable, "-I", "-m", "autograder.forkserver", str(theirs.fileno())],
+                                            env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=output,
+                                            pass_fds=(theirs.fileno(),), start_new_session=True)
+        theirs.close()
+        ready, _, _ = select.select([self.socket], [], [], READY_SECONDS)
+        if not ready or self.socket.recv(64) != b"ready":
+            self.stop()
+            raise OSError(f"the fork server did not start (see {log})")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def start(self, request: dict, fds: list[int]) -> ForkedProcess:
+        """Fork a worker for ``request`` handing it ``fds`` (its two pipe ends, then its log)."""
+        status_read, status_write = os.pipe()
+        try:
+            with self._lock:
+                socket.send_fds(self.socket, [json.dumps(request).encode()], [*fds, status_write])
+        finally:
+            os.close(status_write)
+        ready, _, _ = select.select([status_read], [], [], PID_SECONDS)
+        first = os.read(status_read, 64).decode(errors="replace") if ready else ""
+        if not first.startswith("pid "):
+            os.close(status_read)
+            raise OSError(f"the fork server did not start a worker (it said {first!r})")
+        process = ForkedProcess(int(first.split()[1]), status_read)
+        process._received = first.encode()
+        return process
+
+    def stop(self) -> None:
+        self.socket.close()  # the server exits on the closed socket; its waiters, and so its workers, die with it
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+_servers: dict[int, ForkServer | None] = {}  # threads -> this process's server (None: it could not start)
+_servers_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=1)
+def enabled() -> bool:
+    """Whether workers can start from a fork server here (see the module's docstring)."""
+    if sys.platform != "linux" or os.environ.get(ENABLE_ENV, "1") == "0":
+        return False
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def server(threads: int) -> ForkServer | None:
+    """This process's fork server for workers of ``threads`` threads, started on first use; None where it cannot start."""
+    with _servers_lock:
+        current = _servers.get(threads, False)
+        if current is False or (current is not None and not current.alive()):
+            import tempfile
+
+            if not _servers:
+                atexit.register(_stop_all)
+            folder = Path(tempfile.mkdtemp(prefix="gpucourse-forkserver-"))
+            try:
+                current = ForkServer(threads, folder / "server.log")
+            except OSError as error:
+                print(f"autograder: workers start as separate interpreters: {error}", file=sys.stderr)
+                current = None
+            _servers[threads] = current
+        return current
+
+
+def _stop_all() -> None:
+    for current in _servers.values():
+        if current is not None:
+            current.stop()
+            shutil.rmtree(current.log.parent, ignore_errors=True)
+
+
+# -- the server's side ----------------------------------------------------------------------
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"{what}: {os.strerror(error)}")
+
+
+def _serve(channel: socket.socket) -> None:
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters are reaped by the kernel
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(channel, 1 << 20, 8)
+        except OSError:
+            return
+        if not data:
+            return  # the grading process closed the socket (or died)
+        if os.fork() == 0:
+            code = 1
+            try:
+                channel.close()
+                _wait_for_worker(json.loads(data), *fds)
+                code = 0
+            except BaseException:  # noqa: BLE001 - reported in the server's log
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        for fd in fds:
+            os.close(fd)
+
+
+def _wait_for_worker(request: dict, to_worker: int, from_worker: int, log: int, status: int) -> None:
+    """The waiter: new session, new namespaces, then fork the worker and report how it ended."""
+    os.setsid()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _check(_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")  # dies with the server
+    os.write(status, f"pid {os.getpid()}\n".encode())
+    if request["namespaces"]:
+        _check(_libc().unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID), "unshare")
+    worker = os.fork()
+    if worker == 0:
+        code = 1
+        try:
+            os.close(status)
+            code = _become_worker(request, to_worker, from_worker, log)
+        except BaseException:  # noqa: BLE001 - the harness sees the worker end before it is ready
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    for fd in (to_worker, from_worker, log):
+        os.close(fd)
+    _, wait_status = os.waitpid(worker, 0)
+    os.write(status, f"exit {os.waitstatus_to_exitcode(wait_status)}\n".encode())
+
+
+def _become_worker(request: dict, to_worker: int, from_worker: int, log: int) -> int:
+    """In the worker's process: the sandbox of :func:`sandbox.start_worker`, then the worker's loop."""
+    import tempfile
+
+    import numpy as np
+
+    from . import sandbox, worker
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    _close_all_but({0, 1, 2, to_worker, from_worker})
+    if request["namespaces"]:
+        subprocess.run(["/bin/sh", "-c", "\n".join(request["script"])], check=True, stdin=subprocess.DEVNULL)
+        os.chroot(str(sandbox.NEW_ROOT))
+    os.chdir(request["workdir"])
+    limits = request["limits"]
+    if not _fits(limits["address_space"]):
+        return 1
+    sandbox.apply_rlimits(limits["file_bytes"], limits["address_space"], limits["processes"] if request["namespaces"] else None)
+    if request["namespaces"]:
+        uid = request["uid"]
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        _check(_libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl")
+    # After the change of user, which clears it: the worker dies with its waiter.
+    _check(_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+    os.environ.clear()
+    os.environ.update(request["env"])
+    tempfile.tempdir = None  # read TMPDIR (the student's folder) afresh
+    np.random.seed()  # a fresh interpreter's randomness, not a copy of the server's
+    return worker.main(["autograder.worker", str(to_worker), str(from_worker)])
+
+
+def _fits(address_space: int | None) -> bool:
+    """A fresh worker whose memory limit is below what its imports need fails to start: so does a forked one."""
+    if address_space is None:
+        return True
+    status = Path("/proc/self/status").read_text()
+    used = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmSize:"))) * 1024
+    if used < address_space:
+        return True
+    print(f"MemoryError: the worker's memory limit ({address_space / 2**20:.0f} MiB of address space) is below what "
+          f"its interpreter uses once torch is imported ({used / 2**20:.0f} MiB): raise the limit", flush=True)
+    return False
+
+
+def _close_all_but(keep: set[int]) -> None:
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def main(argv: list[str]) -> int:
+    channel = socket.socket(fileno=int(argv[1]))
+    # What a worker imports before it says it is ready, and numba, which every kernel module's cells import.
+    import numba  # noqa: F401
+
+    from . import worker  # noqa: F401
+
+    channel.send(b"ready")
+    _serve(channel)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

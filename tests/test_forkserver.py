@@ -1,0 +1,130 @@
+"""Workers forked by the fork server live in the same sandbox as workers started on their own.
+
+Each check starts a worker both ways through :func:`autograder.sandbox.start_worker` (the fork
+server switched off for one of them) and compares what the worker's code sees from inside.
+"""
+
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder import forkserver, protocol, sandbox
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not forkserver.enabled(), reason="no fork server here (a GPU grader, or not Linux)")]
+
+LIMITS = sandbox.Limits(memory_bytes=6 * 1024**3, processes=700, file_bytes=64 * 1024**2)
+
+LOOK_AROUND = """
+import os, resource, socket, sys
+def _status(field):
+    return next(line.split()[1:] for line in open("/proc/self/status") if line.startswith(field + ":"))
+def _connect():
+    try:
+        socket.create_connection(("127.0.0.1", 9), timeout=2)
+    except OSError as error:
+        return type(error).__name__
+    return "connected"
+VIEW = {
+    "ids": [os.getuid(), os.geteuid(), os.getgid(), os.getgroups()], "pid_in_namespace": os.getpid(),
+    "no_new_privs": _status("NoNewPrivs"), "cwd": os.getcwd(), "root": sorted(os.listdir("/")),
+    "tmp": sorted(os.listdir("/tmp")), "environment": dict(os.environ),
+    "limits": [resource.getrlimit(getattr(resource, name)) for name in ("RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE")],
+    "network": _connect(), "isolated": sys.flags.isolated, "no_bytecode": sys.flags.dont_write_bytecode,
+    "path": [entry for entry in sys.path if entry],
+}
+"""
+
+
+def request(process: sandbox.WorkerProcess, message, seconds: float = 120.0):
+    protocol.write_frame(process.to_worker, protocol.encode_for_worker(message))
+    return protocol.decode_from_worker(protocol.read_frame(process.from_worker, time.monotonic() + seconds, time.monotonic))
+
+
+def ready(process: sandbox.WorkerProcess):
+    """The worker's first frame (``("ready",)`` once it can take student code)."""
+    return protocol.decode_from_worker(protocol.read_frame(process.from_worker, time.monotonic() + 120, time.monotonic))
+
+
+def started(workdir: Path, forked: bool, monkeypatch, limits=LIMITS) -> sandbox.WorkerProcess:
+    with monkeypatch.context() as patched:
+        patched.setattr(forkserver, "enabled", lambda: forked)
+        process = sandbox.start_worker(workdir, limits, [])
+    assert isinstance(process.process, forkserver.ForkedProcess) == forked
+    return process
+
+
+def seen_from_inside(tmp_path: Path, forked: bool, monkeypatch) -> dict:
+    workdir = tmp_path / ("forked" if forked else "own") / "work" / "student"
+    workdir.mkdir(parents=True)
+    process = started(workdir, forked, monkeypatch)
+    try:
+        assert ready(process) == ("ready",)
+        assert request(process, ("exec", LOOK_AROUND)) == ("ok",)
+        kind, view = request(process, ("value", "VIEW"))
+        assert kind == "return", view
+    finally:
+        process.kill()
+    view["cwd"] = view["cwd"].replace(str(workdir), "<workdir>")
+    # What the shell that starts a separate interpreter in its sandbox adds on its way (cd, exec) is left out.
+    view["environment"] = {name: value.replace(str(workdir), "<workdir>") for name, value in view["environment"].items()
+                           if name not in ("OLDPWD", "PWD", "SHLVL", "_")}
+    return view
+
+
+def test_a_forked_worker_sees_what_a_worker_started_on_its_own_sees(tmp_path, monkeypatch):
+    forked, own = seen_from_inside(tmp_path, True, monkeypatch), seen_from_inside(tmp_path, False, monkeypatch)
+    assert forked == own
+    if sandbox.namespaces_available():  # the full sandbox: a user of its own, no network, first of its PID namespace
+        assert forked["ids"][0] >= sandbox.FIRST_SANDBOX_UID and forked["ids"][3] == []
+        assert forked["network"] != "connected" and forked["pid_in_namespace"] == 1 and forked["no_new_privs"] == ["1"]
+    assert forked["limits"][0] == (LIMITS.memory_bytes,) * 2 and forked["limits"][2] == (LIMITS.file_bytes,) * 2
+
+
+def test_forked_workers_do_not_share_randomness(tmp_path, monkeypatch):
+    draws = []
+    for name in ("first", "second"):
+        workdir = tmp_path / name
+        workdir.mkdir()
+        process = started(workdir, True, monkeypatch)
+        try:
+            assert ready(process) == ("ready",)
+            assert request(process, ("exec", "import random, numpy\nDRAWS = [random.random(), float(numpy.random.rand())]")) == ("ok",)
+            draws.append(request(process, ("value", "DRAWS"))[1])
+        finally:
+            process.kill()
+    assert draws[0][0] != draws[1][0] and draws[0][1] != draws[1][1], draws
+
+
+def test_a_forked_worker_reports_how_it_ended(tmp_path, monkeypatch):
+    process = started(tmp_path, True, monkeypatch)
+    assert ready(process) == ("ready",)
+    protocol.write_frame(process.to_worker, protocol.encode_for_worker(("exec", "import ctypes\nctypes.string_at(0)\n")))
+    assert process.process.wait(timeout=60) == -11
+    assert process.exit_description() == "killed by signal 11"
+    process.kill()
+    again = started(tmp_path, True, monkeypatch)
+    again.kill()
+    assert again.process.poll() == -9 and again.exit_description().startswith("killed by signal 9")
+
+
+def test_a_memory_limit_below_the_interpreters_needs_stops_a_forked_worker_before_it_is_ready(tmp_path, monkeypatch):
+    """As a fresh interpreter cannot import torch under such a limit, and says so in its log."""
+    process = started(tmp_path, True, monkeypatch, sandbox.Limits(memory_bytes=64 * 1024**2))
+    with pytest.raises(protocol.ChannelClosed):
+        ready(process)
+    assert process.process.wait(timeout=60) == 1
+    process.kill()
+    assert "memory limit" in sandbox.log_tail(tmp_path), sandbox.log_tail(tmp_path)
+
+
+def test_a_dead_server_is_replaced(tmp_path, monkeypatch):
+    first = forkserver.server(LIMITS.threads)
+    first.process.kill()
+    first.process.wait()
+    process = started(tmp_path, True, monkeypatch)
+    try:
+        assert ready(process) == ("ready",)
+    finally:
+        process.kill()
+    assert forkserver.server(LIMITS.threads) is not first
