@@ -34,7 +34,10 @@ INSTALL_COMMAND = 'pip install "numba-cuda[cu13]" "nvidia-cuda-nvcc==13.*"'
 PTXAS_ENV = "GPUCOURSE_PTXAS"  # a ptxas to use instead of searching (tests point it at nothing)
 COMPILE_TIMEOUT_S = 120.0
 _WORKER = Path(__file__).with_name("_compile_worker.py")
-_answers: dict[str, dict] = {}  # the child's answers, by hash of (source text, signature, cc)
+_answers: dict[str, dict] = {}  # the child's answers, by hash of (source text, signature, cc, ptxas)
+# A folder where answers are also kept across processes. Off by default: the test suite sets it for
+# one run, so each kernel is compiled once per run, not once per grading process.
+CACHE_ENV = "GPUCOURSE_COMPILE_CACHE"
 
 
 class CompilerMissing(RuntimeError):
@@ -156,14 +159,36 @@ def _toolkit_ptxas() -> list[str]:
 
 def _compile(request: dict, timeout: float) -> dict:
     """The child's answer to ``request``, from the cache when the same kernel was compiled before."""
-    what = {name: request[name] for name in ("source", "kernel", "signature", "cc")}
+    what = {name: request[name] for name in ("source", "kernel", "signature", "cc", "ptxas")}
     key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
     if key not in _answers:
-        answer = run_compiler(request, timeout)
-        if answer["status"] == "missing":  # not cached: the student may install it and retry
-            raise CompilerMissing(answer["message"])
+        answer = _kept_answer(key)
+        if answer is None:
+            answer = run_compiler(request, timeout)
+            if answer["status"] == "missing":  # not cached: the student may install it and retry
+                raise CompilerMissing(answer["message"])
+            _keep_answer(key, answer)
         _answers[key] = answer
     return _answers[key]
+
+
+def _kept_answer(key: str) -> dict | None:
+    """An answer kept in $GPUCOURSE_COMPILE_CACHE by another process (the test suite shares one folder per run)."""
+    folder = os.environ.get(CACHE_ENV)
+    try:
+        return json.loads((Path(folder) / f"{key}.json").read_text()) if folder else None
+    except (OSError, ValueError):
+        return None
+
+
+def _keep_answer(key: str, answer: dict) -> None:
+    folder = os.environ.get(CACHE_ENV)
+    if not folder:
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    partial = Path(folder) / f"{key}.{os.getpid()}.partial"
+    partial.write_text(json.dumps(answer))
+    os.replace(partial, Path(folder) / f"{key}.json")  # whole or absent, for a reader in another process
 
 
 def run_compiler(request: dict, timeout: float = COMPILE_TIMEOUT_S) -> dict:

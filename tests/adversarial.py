@@ -443,6 +443,35 @@ raise RuntimeError("{PROBED_MARKER} {{}} paths".format({len(read) + len(listed) 
 """
 
 
+def process_probing_cell() -> str:
+    """A cell that looks for what its process inherited from whoever started it: open files other than
+    its standard streams and the grader's two pipes (a fork server's socket, a waiter's status pipe,
+    a file outside its folder), and other processes it can see or signal. Raises ``LEAKED`` naming
+    each, else ``PROBED``."""
+    return f"""
+import os
+
+_leaks, _pipes = [], 0
+for _fd in sorted(int(_name) for _name in os.listdir("/proc/self/fd")):
+    try:
+        _target = os.readlink(f"/proc/self/fd/{{_fd}}")
+    except OSError:
+        continue  # the descriptor listdir itself had open
+    if _target.startswith("pipe:") and _fd > 2:
+        _pipes += 1
+    elif _target.startswith(("socket:", "anon_inode:")) or (_fd > 2 and not _target.startswith(os.getcwd())):
+        _leaks.append(f"fd {{_fd}} -> {{_target}}")
+if _pipes > 2:
+    _leaks.append(f"{{_pipes}} pipes open (the grader's are 2)")
+for _pid in (int(_name) for _name in os.listdir("/proc") if _name.isdigit()):
+    if _pid != os.getpid():
+        _leaks.append(f"saw process {{_pid}}")
+if _leaks:
+    raise RuntimeError("{LEAK_MARKER}: " + "; ".join(_leaks))
+raise RuntimeError("{PROBED_MARKER} open files and processes")
+"""
+
+
 # -- the variants ------------------------------------------------------------------------
 
 
@@ -509,11 +538,12 @@ def variants(course_root: Path, submissions_dir: Path, token: str = "probe") -> 
         "cache_by_address": {name: nb(answer(CACHE_BY_ADDRESS))},
         "cache_by_value": {name: nb(answer(CACHE_BY_VALUE))},
         "planted_modules": {name: nb(ref), "torch.py": PLANTED_TORCH.encode(), "gpucourse.py": _code(PLANTED_GPUCOURSE).encode()},
-        # Three probing cells in one submission (each raises a note of what it reached): the course's private
-        # paths, paths outside the course, and a link in the submission folder to the course's solutions
-        # (the grader must not copy its target in).
+        # Four probing cells in one submission (each raises a note of what it reached): the course's private
+        # paths, paths outside the course, a link in the submission folder to the course's solutions (the
+        # grader must not copy its target in), and what the worker's process inherited (open files, processes).
         "snooping": {name: nb(with_extra_cells(ref, "imports", snooping_cell(**probes["private"]),
-                                               snooping_cell(**probes["outside"]), reads_file_cell("notes.txt"))),
+                                               snooping_cell(**probes["outside"]), reads_file_cell("notes.txt"),
+                                               process_probing_cell())),
                      "notes.txt": Symlink(course_root / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.py")},
         "noisy": {name: nb(with_extra_cell(answer(NOISY_PAIRWISE), "imports", NOISE_CELL))},
         "forged_done": {name: nb(with_extra_cell(answer(LOOP), "imports", FORGED_DONE))},

@@ -19,6 +19,17 @@ from course_helpers import REPO_ROOT, computed_once, make_course, make_submissio
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compile_answers_shared_by_this_run(tmp_path_factory):
+    """Each kernel compiled once per test run, not once per grading process (``gpucourse.compiler.CACHE_ENV``):
+    a folder shared by this run's pytest-xdist workers, and the grading processes they start."""
+    from gpucourse import compiler
+
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "compile-answers"
+    os.environ[compiler.CACHE_ENV] = str(folder)
+
+
 @pytest.fixture
 def repo_root() -> Path:
     return REPO_ROOT

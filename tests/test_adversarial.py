@@ -453,16 +453,17 @@ def test_planted_modules_do_not_shadow_packages(main_run):
 
 @needs_namespaces
 def test_sandbox_hides_everything_but_the_submission(main_run):
-    """The snooping student's three cells each end with a note: ``LEAKED: …`` if it could read, list or
+    """The snooping student's four cells each end with a note: ``LEAKED: …`` if it could read, list or
     write a private path of the course, a path outside the course (the sandbox is an allow-list: a second
-    copy of the course elsewhere on the machine, one in the grader's home), or the file behind a link in
-    the submission folder; else ``PROBED …``, which proves the cell ran to its end."""
+    copy of the course elsewhere on the machine, one in the grader's home), the file behind a link in
+    the submission folder, or if its process inherited an open file or could see a process it did not
+    start (a fork server's socket, a waiter's status pipe); else ``PROBED …``, which proves the cell ran to its end."""
     report = main_run.reports["snooping"]
     assert report.result.isolation == "namespaces"
     leaks = [note for note in report.notes if adv.LEAK_MARKER in note]
     assert leaks == [] and main_run.extra["probes_found"] == [], (leaks, main_run.extra["probes_found"])
     probed = [note for note in report.notes if adv.PROBED_MARKER in note]
-    assert len(probed) == 3, report.notes
+    assert len(probed) == 4, report.notes
     assert report.score == FULL_MARKS
 
 

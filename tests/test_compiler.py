@@ -15,6 +15,12 @@ from gpucourse.compiler import CompileReport, CompilerMissing, compile_report, e
 from gpucourse.kernel_source import KernelCompileError, KernelSourceError, kernel_source
 
 
+@pytest.fixture(autouse=True)
+def compiled_here(monkeypatch):
+    """This file tests the compiler itself: every kernel is really compiled, never read from the run's shared answers."""
+    monkeypatch.delenv(compiler.CACHE_ENV, raising=False)
+
+
 @pytest.fixture(scope="module")
 def ks():
     """The kernels of compiler_kernels.py, in whichever mode numba chose (the simulator without a GPU)."""
