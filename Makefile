@@ -27,10 +27,12 @@ lab: $(INSTALLED)
 lab-instructor: $(INSTALLED)
 	$(BIN)/python -m autograder.lab --instructor
 
-# Two workers; --dist loadscope keeps a module's (or class's) tests on one worker, so its
-# module- and class-scoped fixtures (a graded assignment, an nbgrader round trip) run once.
+# Three workers on a 2-core machine: part of the suite waits (deadlines that stop hangs, kernels,
+# a browser), and a third worker keeps the cores busy meanwhile. --dist loadscope keeps a module's
+# (or class's) tests on one worker, so its module- and class-scoped fixtures (a graded assignment,
+# an nbgrader round trip) run once.
 test: $(INSTALLED)
-	$(BIN)/python -m pytest -n 2 --dist loadscope
+	$(BIN)/python -m pytest -n 3 --dist loadscope
 
 # The quick tier: package, build, plan and protocol tests; no notebook, grading, kernel or browser.
 test-fast: $(INSTALLED)

@@ -52,8 +52,9 @@ needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason="the full sandbox n
 # slow, busy CI machine (a correct speed item takes 5-15 s there). Memory is capped low so
 # that the memory hog fails fast without pushing a small machine into the OOM killer.
 LIMITS = sandbox.Limits(cell_seconds=20, item_seconds=40, notebook_seconds=240, memory_bytes=2 * 1024**3)
-# The busy run, with hangs: every hang costs item_seconds (or cell_seconds while loading).
-HANG_LIMITS = sandbox.Limits(cell_seconds=10, item_seconds=12, notebook_seconds=120, memory_bytes=2 * 1024**3)
+# The busy run, with hangs: every hang costs item_seconds (or cell_seconds while loading). 8 quiet-machine
+# seconds is three times what the correct answer's slowest item (the speed item, about 2.5 s) needs.
+HANG_LIMITS = sandbox.Limits(cell_seconds=10, item_seconds=8, notebook_seconds=120, memory_bytes=2 * 1024**3)
 # The bomb lives until its cell's time-out (cell_seconds): long enough here for witness_2's
 # worker to start while it runs (witness_1 is graded alongside the bomb from the start).
 FORK_BOMB_LIMITS = sandbox.Limits(cell_seconds=15, item_seconds=40, notebook_seconds=150, memory_bytes=2 * 1024**3)
