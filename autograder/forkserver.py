@@ -27,7 +27,6 @@ import functools
 import json
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -94,22 +93,31 @@ class ForkedProcess:
 class ForkServer:
     """One fork server, started by (and dying with) this grading process."""
 
-    def __init__(self, threads: int, log: Path):
+    def __init__(self, threads: int):
+        import tempfile
+
         from . import sandbox
 
-        self.threads, self.log = threads, log
+        self.threads = threads
         self._lock = threading.Lock()
         self.socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = sandbox.worker_environment(log.parent, threads)
-        with open(log, "ab") as output:
+        env = sandbox.worker_environment(Path(tempfile.gettempdir()), threads)
+        # The server's own output matters only if it cannot start: a file removed once it is ready
+        # (a pool process ends without atexit handlers, so nothing could remove it later).
+        # Each worker's waiter writes to that worker's log instead.
+        handle, log = tempfile.mkstemp(prefix="gpucourse-forkserver-", suffix=".log")
+        try:
             self.process = subprocess.Popen([sys.executable, "-I", "-m", "autograder.forkserver", str(theirs.fileno())],
-                                            env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=output,
+                                            env=env, stdin=subprocess.DEVNULL, stdout=handle, stderr=handle,
                                             pass_fds=(theirs.fileno(),), start_new_session=True)
-        theirs.close()
-        ready, _, _ = select.select([self.socket], [], [], READY_SECONDS)
-        if not ready or self.socket.recv(64) != b"ready":
-            self.stop()
-            raise OSError(f"the fork server did not start (see {log})")
+            theirs.close()
+            ready, _, _ = select.select([self.socket], [], [], READY_SECONDS)
+            if not ready or self.socket.recv(64) != b"ready":
+                self.stop()
+                raise OSError(f"the fork server did not start: {Path(log).read_text(errors='replace')[-2000:]}")
+        finally:
+            os.close(handle)
+            os.unlink(log)
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -158,13 +166,10 @@ def server(threads: int) -> ForkServer | None:
     with _servers_lock:
         current = _servers.get(threads, False)
         if current is False or (current is not None and not current.alive()):
-            import tempfile
-
             if not _servers:
                 atexit.register(_stop_all)
-            folder = Path(tempfile.mkdtemp(prefix="gpucourse-forkserver-"))
             try:
-                current = ForkServer(threads, folder / "server.log")
+                current = ForkServer(threads)
             except OSError as error:
                 print(f"autograder: workers start as separate interpreters: {error}", file=sys.stderr)
                 current = None
@@ -176,7 +181,6 @@ def _stop_all() -> None:
     for current in _servers.values():
         if current is not None:
             current.stop()
-            shutil.rmtree(current.log.parent, ignore_errors=True)
 
 
 # -- the server's side ----------------------------------------------------------------------
@@ -205,9 +209,10 @@ def _serve(channel: socket.socket) -> None:
             code = 1
             try:
                 channel.close()
+                os.dup2(fds[2], 2)  # the waiter's errors go to the worker's log, where the harness reads why it did not start
                 _wait_for_worker(json.loads(data), *fds)
                 code = 0
-            except BaseException:  # noqa: BLE001 - reported in the server's log
+            except BaseException:  # noqa: BLE001 - reported in the worker's log
                 traceback.print_exc()
             finally:
                 os._exit(code)

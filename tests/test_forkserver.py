@@ -136,3 +136,15 @@ def test_a_dead_server_is_replaced(tmp_path, monkeypatch):
     finally:
         process.kill()
     assert forkserver.server(LIMITS.threads) is not first
+
+
+def test_a_server_leaves_no_file_behind(tmp_path, monkeypatch):
+    """A pool process ends without running atexit handlers: the server's start-up log is gone once it is ready."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    server = forkserver.ForkServer(LIMITS.threads)
+    try:
+        assert server.alive() and list(tmp_path.iterdir()) == []
+    finally:
+        server.stop()
