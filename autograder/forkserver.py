@@ -54,9 +54,9 @@ class ForkedProcess:
     waiter itself was killed (then the worker died with it: reported as SIGKILL).
     """
 
-    def __init__(self, pid: int, status_fd: int):
+    def __init__(self, pid: int, status_fd: int, received: bytes = b""):
         self.pid, self._fd, self.returncode = pid, status_fd, None
-        self._received = b""
+        self._received = received  # what the waiter wrote so far (its "pid" line, maybe already "exit")
 
     def poll(self) -> int | None:
         if self.returncode is None and self._fd is not None:
@@ -98,7 +98,6 @@ class ForkServer:
 
         from . import sandbox
 
-        self.threads = threads
         self._lock = threading.Lock()
         self.socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = sandbox.worker_environment(Path(tempfile.gettempdir()), threads)
@@ -135,9 +134,7 @@ class ForkServer:
         if not first.startswith("pid "):
             os.close(status_read)
             raise OSError(f"the fork server did not start a worker (it said {first!r})")
-        process = ForkedProcess(int(first.split()[1]), status_read)
-        process._received = first.encode()
-        return process
+        return ForkedProcess(int(first.split()[1]), status_read, first.encode())
 
     def stop(self) -> None:
         self.socket.close()  # the server exits on the closed socket; its waiters, and so its workers, die with it
@@ -186,6 +183,7 @@ def _stop_all() -> None:
 # -- the server's side ----------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1)
 def _libc():
     return ctypes.CDLL(None, use_errno=True)
 

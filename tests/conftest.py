@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from course_helpers import REPO_ROOT, computed_once, make_course, make_submissions
+from course_helpers import REPO_ROOT, computed_once, make_course, make_submissions, shared_dir
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -25,9 +25,7 @@ def compile_answers_shared_by_this_run(tmp_path_factory):
     a folder shared by this run's pytest-xdist workers, and the grading processes they start."""
     from gpucourse import compiler
 
-    base = tmp_path_factory.getbasetemp()
-    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "compile-answers"
-    os.environ[compiler.CACHE_ENV] = str(folder)
+    os.environ[compiler.CACHE_ENV] = str(shared_dir(tmp_path_factory) / "compile-answers")
 
 
 @pytest.fixture
