@@ -112,6 +112,11 @@ class GPUSpec:
     boost_clock_hz: float
     l1_shared_bytes_per_sm: int  # one SRAM array, split between L1 cache and shared memory
     source: str
+    # Copy engines the stream model gives the card: 2, one per direction, so copies in and out overlap
+    # each other and kernels. Every card here has at least that many (CUDA's asyncEngineCount: 2 or more
+    # on data-centre cards since Fermi); some report more, which adds no link bandwidth. This table does
+    # not cite each card's exact count: scripts/gpu_check.sh records the lent GPU's asyncEngineCount.
+    copy_engines: int = 2
 
     @property
     def limits(self) -> SMLimits:
