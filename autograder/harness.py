@@ -305,6 +305,13 @@ class StudentFunction:
         reply = self.worker.request(message, self.item_deadline())
         return _result(self.name, reply)
 
+    def call_with_streams(self, dispatch, *args):
+        """Call the function with its ``gpucourse.streams`` calls sent to ``dispatch``, here (the
+        trusted side of :class:`gpucourse.streams.RemoteBackend`): the test records the timeline itself."""
+        self.worker.ensure_started()
+        message = ("call_streams", self.name, self.worker.marshal(args), {}, self.worker.marshal(dispatch))
+        return _result(self.name, self.worker.request(message, self.item_deadline()))
+
     def __getitem__(self, config):
         return KernelLaunch(self, config)
 

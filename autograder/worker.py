@@ -160,6 +160,15 @@ class Worker:
         result = self.namespace[name](*self._bind(args), **self._bind(kwargs))
         self.send("return", to_plain(result))
 
+    def do_call_streams(self, name: str, args, kwargs, dispatch) -> None:
+        """A call whose ``gpucourse.streams`` calls the harness carries out and records (``dispatch``)."""
+        from gpucourse import streams
+
+        self._set_threads(self._threads)
+        with streams.using(streams.RemoteBackend(self._bind(dispatch))):
+            result = self.namespace[name](*self._bind(args), **self._bind(kwargs))
+        self.send("return", to_plain(result))
+
     def do_launch(self, name: str, config, args, observers=()) -> None:
         """Launch a ``@cuda.jit`` kernel; send back its array arguments as they are after it,
         and what the observers the test has open (counts, traces) saw of it (simulator only)."""
@@ -178,7 +187,7 @@ class Worker:
         self.send("return", kernel_source(self.namespace[name]).to_plain())
 
     def do_load_block(self, name: str, calls) -> None:
-        self.block = (self.namespace[name], [self._bind(args) for args in calls])
+        self.block = (self.namespace[name], [_pinned_on_gpu(self._bind(args)) for args in calls])
         self.send("ok")
 
     def do_run_block(self, weights: torch.Tensor) -> None:
@@ -216,6 +225,18 @@ class Worker:
             raise RuntimeError(f"the test's function raised {reply[1]}: {reply[2]}")
 
         return call_harness
+
+
+def _pinned_on_gpu(value):
+    """On a GPU grader, the host tensors of a timed call arrive in pinned memory (untimed), as a
+    ``DataLoader(pin_memory=True)`` hands them over: copies from them can overlap other work."""
+    if not torch.cuda.is_available():
+        return value
+    if type(value) is torch.Tensor and value.device.type == "cpu":
+        return value.pin_memory()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_pinned_on_gpu(item) for item in value)
+    return value
 
 
 def _describe(error: BaseException) -> str:

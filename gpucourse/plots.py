@@ -438,3 +438,102 @@ def _box(x, y, width, height, colour=None, edge="0.4", **style):
     from matplotlib.patches import Rectangle
 
     return Rectangle((x, y), width, height, **{"facecolor": colour, "edgecolor": edge, "lw": 0.5, **style})
+
+
+# -- stream timelines ------------------------------------------------------------------------------
+
+# Rows top to bottom, as data flows: in, compute, out; "copy" is the one engine both directions share.
+_ENGINE_ROWS = {"h2d": "copy in (h2d)", "copy": "copy engine (both ways)", "compute": "compute", "d2h": "copy out (d2h)"}
+_KIND_STYLE = {"h2d": ("C0", "copy host → device"), "kernel": ("C2", "kernel"), "d2h": ("C1", "copy device → host"),
+               "copy": ("C7", "copy (direction not given)")}
+_KIND_OF_ENGINE = {"h2d": "h2d", "compute": "kernel", "d2h": "d2h", "copy": "copy"}  # measured rows name only their engine
+
+
+def timeline(ax, timeline, *, title: str | None = None, label: str = "modelled for T4", measured=None,
+             measured_label: str = "measured"):
+    """A Gantt chart of a :class:`gpucourse.sim.streams.Timeline`: a row per engine, a bar per operation.
+
+    Bars run from each operation's start to its end (in ms), coloured by kind and carrying the
+    operation's label where it fits. Vertical lines mark the makespan and the ideal bound (the
+    busiest engine's total time); each race is a red cross on the operation that raced, and the
+    title counts them. ``label`` says where the timeline comes from ("modelled for T4").
+
+    measured: optional ``[(label, engine, start_s, end_s), …]`` timed on a GPU (CUDA events); then
+    ``ax`` is a pair of axes, the model drawn on the first and the measurement on the second, on
+    one time scale. Returns the bars (Rectangles) drawn on the model's axes.
+    """
+    axes = list(np.atleast_1d(ax))
+    if measured is not None and len(axes) != 2:
+        raise ValueError(f"a measured timeline needs two axes (model, measured), got {len(axes)}")
+    model_ax = axes[0]
+    bars = [(i.label, i.engine, i.kind, i.start, i.end) for i in timeline.intervals if i.engine is not None]
+    heading = f"makespan {timeline.makespan * 1e3:.3g} ms, ideal bound {timeline.ideal_seconds * 1e3:.3g} ms ({label})"
+    races = _race_summary(timeline.races)
+    model_ax.set_title(f"{title}\n{heading}{races}" if title else heading + races, fontsize=9)
+    end = max([timeline.makespan] + [stop for *_, stop in (measured or [])])
+    drawn = _gantt(model_ax, bars, end)
+    model_ax.axvline(timeline.makespan * 1e3, color="black", lw=1.2, label="makespan")
+    model_ax.axvline(timeline.ideal_seconds * 1e3, color="0.4", lw=1.2, linestyle="--", label="ideal bound (busiest engine)")
+    raced = {race.operation for race in timeline.races}
+    spots = [(start * 1e3, _row_y(bars, engine)) for name, engine, _, start, stop in bars if name in raced]  # where it starts too early
+    if spots:
+        model_ax.plot(*zip(*spots), linestyle="none", marker="X", markersize=10, color="red", markeredgecolor="white",
+                      label="race: nothing orders it", clip_on=False)  # at time 0 it would be half hidden
+    _timeline_legend(model_ax, bars)
+    if measured is not None:
+        measured_bars = [(name, engine, _KIND_OF_ENGINE.get(engine, "copy"), start, stop) for name, engine, start, stop in measured]
+        _gantt(axes[1], measured_bars, end)
+        span = max((stop for *_, stop in measured), default=0.0)
+        axes[1].axvline(span * 1e3, color="black", lw=1.2, label="makespan")
+        axes[1].set_title(f"makespan {span * 1e3:.3g} ms ({measured_label})", fontsize=9)
+        _timeline_legend(axes[1], measured_bars)
+    return drawn
+
+
+def _race_summary(races) -> str:
+    if not races:
+        return ""
+    listed = "; ".join(f"{race.operation} vs {race.other}" for race in races[:2])
+    more = f" and {len(races) - 2} more" if len(races) > 2 else ""
+    return f"\n{len(races)} race{'s' if len(races) > 1 else ''}: {listed}{more}"
+
+
+def _engine_rows(bars) -> list[str]:
+    present = {engine for _, engine, *_ in bars}
+    return [engine for engine in _ENGINE_ROWS if engine in present] + sorted(present - set(_ENGINE_ROWS))
+
+
+def _row_y(bars, engine) -> float:
+    rows = _engine_rows(bars)
+    return len(rows) - 1 - rows.index(engine) + 0.5
+
+
+def _gantt(ax, bars, end_seconds: float):
+    """One row per engine, one bar per (label, engine, kind, start, end); returns the bars drawn."""
+    rows = _engine_rows(bars)
+    # Panels sharing the time axis: never shrink it below what a panel drawn earlier needs.
+    drawn_before = [other.get_xlim()[1] for other in ax.get_shared_x_axes().get_siblings(ax) if other is not ax and other.patches]
+    ax.set_xlim(0, max([max(end_seconds, 1e-12) * 1e3 * 1.02] + drawn_before))
+    ax.set_ylim(0, max(len(rows), 1))
+    ax.set_yticks([len(rows) - 1 - index + 0.5 for index in range(len(rows))], [_ENGINE_ROWS.get(row, row) for row in rows])
+    ax.set_xlabel("time (ms)")
+    ms_per_point = (ax.get_xlim()[1] - ax.get_xlim()[0]) / (ax.get_position().width * ax.get_figure().get_figwidth() * 72)
+    drawn = []
+    for name, engine, kind, start, stop in bars:
+        y = len(rows) - 1 - rows.index(engine)
+        colour = _KIND_STYLE[kind][0]
+        drawn.append(ax.add_patch(_box(start * 1e3, y + 0.1, (stop - start) * 1e3, 0.8, colour, edge="white")))
+        width_points = (stop - start) * 1e3 / ms_per_point
+        if width_points >= len(name) * 0.62 * MIN_LABEL_POINTS + 4:  # the label fits inside its bar
+            ax.text((start + stop) / 2 * 1e3, y + 0.5, name, ha="center", va="center", fontsize=MIN_LABEL_POINTS, color="white",
+                    clip_on=True)
+    ax.grid(True, axis="x", alpha=0.3)
+    return drawn
+
+
+def _timeline_legend(ax, bars):
+    """Beside the axes: each kind of bar drawn, then the lines and markers."""
+    drawn = {kind for _, _, kind, *_ in bars}
+    handles = [Patch(facecolor=colour, label=name) for kind, (colour, name) in _KIND_STYLE.items() if kind in drawn]
+    lines, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=handles + lines, fontsize=MIN_LABEL_POINTS, loc="center left", bbox_to_anchor=(1.005, 0.5), frameon=False)

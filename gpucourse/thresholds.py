@@ -118,12 +118,38 @@ def uniform_speed(card: gpu_specs.GPUSpec, n: int = 1 << 24, steps: int = 1024) 
     return SpeedModel("test_uniform_speed", card.name, divergent, uniform, bound)
 
 
+def overlap_speed(card: gpu_specs.GPUSpec, chunks: int = 8, elements: int = 1 << 22) -> SpeedModel:
+    """05 test_overlap_speed: serial_map against overlapped_map of ``torch.sin`` on ``chunks`` float32 chunks.
+
+    Timed inputs arrive in pinned memory on a GPU grader, so copies run at the link's bandwidth.
+    serial_map waits for each chunk (copy in, kernel, copy out, synchronize); the reference issues
+    every chunk on its own stream, breadth-first. Both schedules run on the stream model
+    (:mod:`gpucourse.sim.streams`); the kernel is one memory-bound pass plus a launch. The copies
+    dominate on every card, so the copies in overlap the copies out: close to 2x.
+    """
+    from .sim.streams import Schedule, pipeline
+
+    nbytes = elements * FLOAT32_BYTES
+    copy = Schedule.for_gpu(card.name).copy_seconds(nbytes)
+    kernel, _ = kernel_seconds(card, nbytes=2 * nbytes)
+    serial = Schedule.for_gpu(card.name)
+    for i in range(chunks):
+        serial.h2d(f"in{i}", seconds=copy)
+        serial.kernel(f"k{i}", seconds=kernel)
+        serial.d2h(f"out{i}", seconds=copy)
+        serial.synchronize()
+    overlapped = pipeline(chunks, copy, kernel, copy, copy_engines=card.copy_engines)
+    bound = "copies" if copy > kernel else "compute"
+    return SpeedModel("test_overlap_speed", card.name, serial.simulate().makespan, overlapped.simulate().makespan, bound)
+
+
 # Each GPU speed item (by grade id) and its model.
 ITEMS = {
     "test_pairwise_speed": pairwise_speed,
     "test_launch_speed": launch_speed,
     "test_transpose_speed": transpose_speed,
     "test_uniform_speed": uniform_speed,
+    "test_overlap_speed": overlap_speed,
 }
 
 

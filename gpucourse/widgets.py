@@ -172,6 +172,81 @@ def divergence_explorer(condition: str = "lane % 2 == 0", warp: int = 0, if_cost
     return _explorer(controls, draw, [("condition", "warp"), ("if_cost", "else_cost")])
 
 
+MB = 10**6  # decimal, like the link bandwidths in gpu_specs
+
+
+def pipeline_schedule(n_chunks: int, *, gpu: str = "T4", copy_engines: int = 2, order: str = "breadth", pinned: bool = True,
+                      megabytes: float = 16.0, kernel_ms: float = 1.0):
+    """The chunked copy-in → kernel → copy-out pipeline the stream-timeline widget shows, as a model
+    :class:`~gpucourse.sim.streams.Schedule`: ``n_chunks`` chunks of ``megabytes`` each way over ``gpu``'s
+    host link, a kernel of ``kernel_ms`` per chunk, one stream per chunk, issued ``order``-first.
+
+    Pinned chunks are :func:`gpucourse.sim.streams.pipeline` itself; pageable ones are the same calls
+    with ``pinned=False`` copies, which the model stages at half the link's rate and which block the host.
+    """
+    from .sim import streams
+
+    link = streams.Schedule(copy_engines=copy_engines, link_bandwidth=gpu_specs.gpu(gpu).host_link_bandwidth)
+    nbytes = round(megabytes * MB)
+    if pinned:
+        copy_seconds = link.copy_seconds(nbytes)
+        return streams.pipeline(n_chunks, copy_seconds, kernel_ms * 1e-3, copy_seconds, copy_engines=copy_engines, order=order)
+    steps = [lambda i: link.h2d(f"in{i}", f"s{i}", nbytes=nbytes, pinned=False, buffer=f"x{i}"),
+             lambda i: link.kernel(f"k{i}", f"s{i}", seconds=kernel_ms * 1e-3, reads=[f"x{i}"], writes=[f"y{i}"]),
+             lambda i: link.d2h(f"out{i}", f"s{i}", nbytes=nbytes, pinned=False, buffer=f"y{i}", into=f"h{i}")]
+    if order not in ("breadth", "depth"):
+        raise ValueError(f"order is 'breadth' or 'depth', got {order!r}")
+    calls = [(step, i) for step in steps for i in range(n_chunks)] if order == "breadth" else \
+        [(step, i) for i in range(n_chunks) for step in steps]
+    for step, i in calls:
+        step(i)
+    return link
+
+
+def stream_timeline_report(n_chunks: int, copy_engines: int, order: str, memory: str, gpu: str, megabytes: float,
+                           kernel_ms: float) -> tuple[str, object]:
+    """The stream-timeline widget's text and the timeline it draws (all modelled for ``gpu``)."""
+    options = {"gpu": gpu, "copy_engines": copy_engines, "order": order, "pinned": memory == "pinned"}
+    timeline = pipeline_schedule(n_chunks, megabytes=megabytes, kernel_ms=kernel_ms, **options).simulate()
+    # The same work in one piece: every byte copied in, then one kernel over all of it, then copied back.
+    serial = pipeline_schedule(1, megabytes=megabytes * n_chunks, kernel_ms=kernel_ms * n_chunks, **options).simulate()
+    busiest = max(timeline.engine_busy, key=timeline.engine_busy.get)
+    spec = gpu_specs.gpu(gpu)
+    races = "none" if not timeline.races else "; ".join(str(race) for race in timeline.races)
+    return (f"{_counted(n_chunks, 'chunk')} of {megabytes:g} MB, {memory} host memory, {order}-first issue, "
+            f"{_counted(copy_engines, 'copy engine')}, {gpu} ({spec.host_link}, {spec.host_link_bandwidth / 1e9:g} GB/s)\n"
+            f"  makespan             {timeline.makespan * 1e3:8.3f} ms\n"
+            f"  ideal bound          {timeline.ideal_seconds * 1e3:8.3f} ms (the busiest engine: {busiest})\n"
+            f"  one chunk serialised {serial.makespan * 1e3:8.3f} ms: speedup {serial.makespan / timeline.makespan:.2f}×\n"
+            f"  races: {races}\n"
+            f"all modelled for {gpu}, not measured"), timeline
+
+
+def stream_timeline(n_chunks: int = 4, copy_engines: int = 2, order: str = "breadth", memory: str = "pinned", gpu: str = "T4",
+                    megabytes: float = 16.0, kernel_ms: float = 1.0):
+    """Chunk a copy-in → kernel → copy-out job over streams: pick the chunk count, the copy engines,
+    the issue order, pinned or pageable memory, the GPU, the chunk size and the kernel time; see the
+    modelled timeline, its makespan, the ideal bound and the speedup over doing it in one piece."""
+    import ipywidgets as widgets
+
+    controls = {
+        "n_chunks": widgets.IntSlider(value=n_chunks, min=1, max=16, description="chunks"),
+        "copy_engines": widgets.Dropdown(options=[1, 2], value=copy_engines, description="copy engines"),
+        "order": widgets.Dropdown(options=["breadth", "depth"], value=order, description="issue order"),
+        "memory": widgets.Dropdown(options=["pinned", "pageable"], value=memory, description="host memory"),
+        "gpu": widgets.Dropdown(options=list(gpu_specs.GPUS), value=gpu, description="GPU"),
+        "megabytes": widgets.FloatLogSlider(value=megabytes, base=2, min=-2, max=8, step=0.5, description="MB per chunk"),
+        "kernel_ms": widgets.FloatLogSlider(value=kernel_ms, base=10, min=-2, max=1.5, step=0.1, description="kernel ms/chunk"),
+    }
+
+    def draw(values, ax):
+        text, timeline = stream_timeline_report(**values)
+        plots.timeline(ax, timeline, label=f"modelled for {values['gpu']}")
+        return text
+
+    return _explorer(controls, draw, [("n_chunks", "copy_engines", "order"), ("memory", "gpu"), ("megabytes", "kernel_ms")])
+
+
 def _png(fig):
     import io
 

@@ -10,9 +10,9 @@
 # notebooks measured. Budget: under 8 minutes.
 #
 # The GPU-only graded items (tag requires-gpu: 02 test_launch_speed, 03 test_transpose_speed,
-# 04 test_uniform_speed, ...) run twice here: in the executed solution notebooks, and through the
+# 04 test_uniform_speed, 05 test_overlap_speed, ...) run twice here: in the executed solution notebooks, and through the
 # trusted grader in tests/test_autograder_cli.py, which expects full marks on a GPU. Their
-# thresholds (01 10x, 02 10x, 03 1.5x, 04 1.3x) are modelled for every card in gpucourse.gpu_specs
+# thresholds (01 10x, 02 10x, 03 1.5x, 04 1.3x, 05 1.2x) are modelled for every card in gpucourse.gpu_specs
 # (gpucourse.thresholds, checked by tests/test_thresholds.py), not yet measured: calibrate them from
 # this script's report, and say in each notebook which GPUs they were calibrated on.
 # It also compares the register counts numba gets on the GPU with gpucourse.kernels.compile_report's
@@ -71,5 +71,7 @@ status=${PIPESTATUS[0]}
     echo
     echo "## Registers: numba's compile on this GPU vs compile_report (NVVM + ptxas, no GPU)"
     "$python" scripts/compare_registers.py 2>&1 || echo "(a mismatch or an error above)"
+    echo "## Streams: a chunked pipeline on real streams vs the stream model (gpucourse.sim.streams)"
+    "$python" scripts/compare_streams.py 2>&1 || echo "(an error above)"
 } | tee -a "$report/report.md"
 exit "$status"

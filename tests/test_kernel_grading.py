@@ -230,14 +230,74 @@ VARIANTS_04 = {
     "vectorize": ("soft_clip", "def soft_clip(x):\n    return np.vectorize(lambda v: soft_clip_loop(np.array([v]))[0], otypes=[float])(x)\n",
                   "test_soft_clip_speed", "need 6×"),
 }
+MAP_HEAD = "def overlapped_map(fn, host_chunks):\n    chunks = list(host_chunks)\n"
+VARIANTS_05 = {
+    # One copy engine priced as two with both copy directions merged into one stage: right on the visible case
+    # (3 chunks, 2 + 3 + 1 s), too low where the copies set the pace.
+    "one_engine_as_two": ("pipeline_makespan", (
+        "def pipeline_makespan(n_chunks, h2d, compute, d2h, copy_engines=2):\n"
+        "    if n_chunks < 0 or min(h2d, compute, d2h) < 0 or copy_engines < 1:\n        raise ValueError('bad input')\n"
+        "    if n_chunks == 0:\n        return 0.0\n"
+        "    pace = max(h2d, compute, d2h) if copy_engines >= 2 else max(h2d + d2h, compute)\n"
+        "    return h2d + compute + d2h + (n_chunks - 1) * pace\n"
+    ), "test_pipeline_makespan", "expected 20"),
+    # A copy stream and a compute stream with no event between them: right values (the model computes at once),
+    # but each kernel may read its chunk before the copy is done: a race, not a faster timeline.
+    "no_events": ("overlapped_map", MAP_HEAD + (
+        "    copies, compute = streams.Stream(), streams.Stream()\n"
+        "    on_device = [streams.to_device(chunk, stream=copies) for chunk in chunks]\n"
+        "    computed = [streams.launch(fn, x, stream=compute) for x in on_device]\n"
+        "    results = [streams.to_host(y, stream=copies) for y in computed]\n    streams.synchronize()\n    return results\n"
+    ), ("test_overlap_race_free", "test_overlap_makespan"), "race"),
+    # The same three streams ordered by events: correct.
+    "with_events": ("overlapped_map", MAP_HEAD + (
+        "    copy_in, compute, copy_out = streams.Stream(), streams.Stream(), streams.Stream()\n"
+        "    on_device, loaded = [], []\n    for chunk in chunks:\n"
+        "        on_device.append(streams.to_device(chunk, stream=copy_in))\n        loaded.append(streams.Event())\n        loaded[-1].record(copy_in)\n"
+        "    computed, done = [], []\n    for x, ready in zip(on_device, loaded):\n        compute.wait_event(ready)\n"
+        "        computed.append(streams.launch(fn, x, stream=compute))\n        done.append(streams.Event())\n        done[-1].record(compute)\n"
+        "    results = []\n    for y, ready in zip(computed, done):\n        copy_out.wait_event(ready)\n"
+        "        results.append(streams.to_host(y, stream=copy_out))\n    streams.synchronize()\n    return results\n"
+    ), ("test_overlap_correct", "test_overlap_race_free", "test_overlap_makespan"), None),
+    # Depth-first issue (the lecture's chunk_by_chunk): as good as breadth-first with a copy engine per direction, but on
+    # one copy engine each copy out waits for its kernel and holds up every copy in issued after it.
+    "depth_first": ("overlapped_map", MAP_HEAD + (
+        "    results = []\n    for chunk in chunks:\n        lane = streams.Stream()\n"
+        "        results.append(streams.to_host(streams.launch(fn, streams.to_device(chunk, stream=lane), stream=lane), stream=lane))\n"
+        "    streams.synchronize()\n    return results\n"
+    ), "test_overlap_makespan", "with one copy engine"),
+    # A stream per chunk, but the host waits for each chunk to come back before it sends the next: nothing overlaps.
+    # (Waiting after each copy in alone costs little: the copies in run one at a time on their engine anyway.)
+    "synchronous": ("overlapped_map", MAP_HEAD + (
+        "    results = []\n    for chunk in chunks:\n        lane = streams.Stream()\n        x = streams.to_device(chunk, stream=lane)\n"
+        "        results.append(streams.to_host(streams.launch(fn, x, stream=lane), stream=lane))\n        lane.synchronize()\n"
+        "    return results\n"
+    ), "test_overlap_makespan", "need at most 1.10×"),
+    # The same, with the student's process patching the model to report a makespan of 0: the timeline is the grader's.
+    "forged_timeline": ("overlapped_map", (
+        "from gpucourse.sim import streams as _model\n_model.Timeline.makespan = property(lambda self: 0.0)\n\n" + MAP_HEAD +
+        "    results = []\n    for chunk in chunks:\n        lane = streams.Stream()\n        x = streams.to_device(chunk, stream=lane)\n"
+        "        results.append(streams.to_host(streams.launch(fn, x, stream=lane), stream=lane))\n        lane.synchronize()\n"
+        "    return results\n"
+    ), "test_overlap_makespan", "need at most 1.10×"),
+    # No wait before returning: the host would read results whose copies are still running.
+    "no_synchronize": ("overlapped_map",
+                       lambda given: given.replace("    for lane in lanes:  # the host waits for every copy out before it reads a result\n"
+                                                   "        lane.synchronize()\n", ""),
+                       ("test_overlap_race_free", "test_overlap_makespan"), "race"),
+    # Tensors instead of the host buffers to_host gave back.
+    "values_read_inside": ("overlapped_map", lambda given: given.replace("    return results", "    return [streams.value(r) for r in results]"),
+                           ("test_overlap_correct", "test_overlap_race_free", "test_overlap_makespan"), "return what to_host gave back"),
+}
 # Each module's answers: (answer cell, code or an edit of the reference's, the items it feeds, reason).
 # A wrong answer (a reason) must fail exactly those items, each message holding the reason; a correct
 # one (reason None) must pass them all.
-VARIANTS = {"02_architecture": VARIANTS_02, "03_coalescing": VARIANTS_03, "04_divergence": VARIANTS_04}
+VARIANTS = {"02_architecture": VARIANTS_02, "03_coalescing": VARIANTS_03, "04_divergence": VARIANTS_04, "05_streams": VARIANTS_05}
 # Cheap items of each module: the first that an answer does not feed is graded too, and must pass.
 UNTOUCHED_ITEMS = {"02_architecture": ("test_register_budget", "test_bias_relu"),
                    "03_coalescing": ("test_tile_conflict_degrees", "test_sectors_per_warp"),
-                   "04_divergence": ("test_loop_cycles", "test_soft_clip_correct")}
+                   "04_divergence": ("test_loop_cycles", "test_soft_clip_correct"),
+                   "05_streams": ("test_pipeline_makespan", "test_overlap_correct")}
 
 
 def _grade(assignment, student_nb, tmp_path, only):

@@ -332,3 +332,91 @@ def test_plain_number_reads_at_a_glance():
     """Tick labels: small decades as powers of ten, large values with k/M/G, the rest as written."""
     values = [1e-5, 2e-7, 0.05, 1, 1024, 65536, 131072, 2**24, 4.9e14]
     assert [plots.plain_number(v) for v in values] == ["$10^{-5}$", "2e-07", "0.05", "1", "1024", "65536", "131k", "16.8M", "490T"]
+
+
+# --- Stream timelines (issue 13) -------------------------------------------------------------------
+
+
+def _bar_spans(bars):
+    """(x, y, width) of each bar, x and width in ms."""
+    return [(round(bar.get_x(), 9), round(bar.get_y(), 9), round(bar.get_width(), 9)) for bar in bars]
+
+
+def _rows_top_down(ax):
+    return [name for _, name in sorted(zip(ax.get_yticks(), (label.get_text() for label in ax.get_yticklabels())), reverse=True)]
+
+
+def _vertical_lines(ax):
+    return {line.get_label(): line.get_xdata()[0] for line in ax.get_lines() if list(line.get_xdata()) == [line.get_xdata()[0]] * 2}
+
+
+def test_timeline_draws_a_bar_per_operation_on_its_engine_row_in_ms(ax):
+    """3 chunks (in 2 ms, kernel 3 ms, out 1 ms, 2 copy engines): 9 bars on 3 rows, makespan 12 ms, ideal bound 9 ms."""
+    from gpucourse.sim import streams
+
+    timeline = streams.pipeline(3, 2e-3, 3e-3, 1e-3).simulate()
+    bars = plots.timeline(ax, timeline)
+    assert len(bars) == len(ax.patches) == 9
+    # Rows top to bottom: copy in (y 2), compute (y 1), copy out (y 0); each bar 0.8 high, 0.1 above its row's floor.
+    assert _bar_spans(bars) == [(0, 2.1, 2), (2, 2.1, 2), (4, 2.1, 2), (2, 1.1, 3), (5, 1.1, 3), (8, 1.1, 3), (5, 0.1, 1), (8, 0.1, 1), (11, 0.1, 1)]
+    assert _rows_top_down(ax) == ["copy in (h2d)", "compute", "copy out (d2h)"]
+    assert _vertical_lines(ax) == {"makespan": pytest.approx(12), "ideal bound (busiest engine)": pytest.approx(9)}
+    assert ax.get_xlabel() == "time (ms)"
+    assert ax.get_title() == "makespan 12 ms, ideal bound 9 ms (modelled for T4)"
+    assert [text.get_text() for text in ax.get_legend().get_texts()] == [
+        "copy host → device", "kernel", "copy device → host", "makespan", "ideal bound (busiest engine)"]
+
+
+def test_timeline_shares_one_row_for_a_single_copy_engine(ax):
+    from gpucourse.sim import streams
+
+    bars = plots.timeline(ax, streams.pipeline(2, 2e-3, 3e-3, 1e-3, copy_engines=1, order="depth").simulate(), label="modelled for A100")
+    assert len(bars) == 6
+    assert _rows_top_down(ax) == ["copy engine (both ways)", "compute"]
+    assert sorted(bar.get_y() for bar in bars).count(pytest.approx(1.1)) == 4  # 2 copies in and 2 out on the shared row
+    assert ax.get_title().endswith("(modelled for A100)")
+
+
+def test_timeline_marks_races_and_labels_only_bars_that_fit(ax):
+    """A kernel reading a buffer another stream copies, with no event: one race in the title, a red cross on the kernel."""
+    from gpucourse.sim.streams import Schedule
+
+    schedule = Schedule()
+    schedule.h2d("copy x", "copies", seconds=2e-3, buffer="x")
+    schedule.kernel("use x", "compute", seconds=1e-3, reads=["x"], writes=["y"])
+    schedule.kernel("tiny", "other", seconds=1e-6)
+    plots.timeline(ax, schedule.simulate(), title="no event")
+    assert ax.get_title().splitlines() == ["no event", "makespan 2 ms, ideal bound 2 ms (modelled for T4)", "1 race: use x vs copy x"]
+    [crosses] = [line for line in ax.get_lines() if line.get_label() == "race: nothing orders it"]
+    assert list(crosses.get_xdata()) == [0.0] and list(crosses.get_ydata()) == [0.5]  # the kernel's start, on the compute row
+    assert sorted(text.get_text() for text in ax.texts) == ["copy x", "use x"]  # a 1-µs bar is too narrow for its label
+
+
+def test_timeline_draws_a_measured_panel_on_the_same_scale():
+    from gpucourse.sim import streams
+
+    fig, axes = plt.subplots(2, 1)
+    try:
+        measured = [("in0", "h2d", 0.0, 2.5e-3), ("k0", "compute", 2.5e-3, 5.0e-3), ("out0", "d2h", 5.0e-3, 6.4e-3)]
+        plots.timeline(axes, streams.pipeline(1, 2e-3, 3e-3, 1e-3).simulate(), measured=measured, measured_label="measured on H100")
+        assert _bar_spans(axes[1].patches) == [(0, 2.1, 2.5), (2.5, 1.1, 2.5), (5, 0.1, 1.4)]
+        assert _vertical_lines(axes[1]) == {"makespan": pytest.approx(6.4)}
+        assert axes[1].get_title() == "makespan 6.4 ms (measured on H100)"
+        assert axes[0].get_xlim() == axes[1].get_xlim() == pytest.approx((0, 6.4 * 1.02))
+        with pytest.raises(ValueError, match="two axes"):
+            plots.timeline(axes[0], streams.pipeline(1, 1, 1, 1).simulate(), measured=measured)
+    finally:
+        plt.close(fig)
+
+
+def test_timelines_on_shared_time_axes_keep_every_bar_in_view():
+    """Two panels with sharex: the shorter timeline drawn second does not cut off the longer one (lecture 05's trap figure did)."""
+    from gpucourse.sim import streams
+
+    fig, axes = plt.subplots(2, 1, sharex=True)
+    try:
+        plots.timeline(axes[0], streams.pipeline(4, 2e-3, 3e-3, 1e-3, copy_engines=1, order="depth").simulate())  # 24 ms
+        plots.timeline(axes[1], streams.pipeline(4, 2e-3, 3e-3, 1e-3, copy_engines=1).simulate())  # 15 ms
+        assert axes[0].get_xlim() == axes[1].get_xlim() == pytest.approx((0, 24 * 1.02))
+    finally:
+        plt.close(fig)

@@ -80,10 +80,12 @@ TIMED_SIZES = {
     "test_launch_speed": ("N = 1 << 20",),
     "test_transpose_speed": ("torch.randn(4096, 4096",),
     "test_uniform_speed": ("torch.randn(1 << 24",),
+    "test_overlap_speed": ("[torch.randn(1 << 22) for _ in range(8)]",),
 }
 MODEL_SIZES = {
     "test_pairwise_speed": dict(n=200, m=150, d=4),
     "test_launch_speed": dict(n=1 << 20),
+    "test_overlap_speed": dict(chunks=8, elements=1 << 22),
     "test_transpose_speed": dict(side=4096),
     "test_uniform_speed": dict(n=1 << 24, steps=1024),
 }

@@ -129,3 +129,35 @@ def test_divergence_explorer_shows_masks_cycles_and_bad_conditions():
 
 def test_branch_paths_evaluates_lane_warp_and_tid():
     assert widgets.branch_paths("tid >= 40", warp=1)[:10] == ["else"] * 8 + ["if"] * 2
+
+
+def _number_after(text: str, label: str) -> str:
+    return text.split(label, 1)[1].split()[0]
+
+
+def test_stream_timeline_shows_the_models_makespan_bound_and_speedup():
+    """4 chunks of 16 MB over a T4's 15.75 GB/s (1.0159 ms a copy), kernels of 1 ms, 2 copy engines, breadth-first:
+    the copies in set the pace, in3 ends at 4.0635 ms, k3 at 5.0635, out3 at 6.0794; in one piece, 4.0635 + 4 + 4.0635 ms."""
+    box = widgets.stream_timeline()
+    text = _printed(box)
+    assert text.startswith("4 chunks of 16 MB, pinned host memory, breadth-first issue, 2 copy engines, T4 (PCIe 3.0 x16, 15.75 GB/s)")
+    assert (_number_after(text, "makespan"), _number_after(text, "ideal bound"), _number_after(text, "serialised")) == ("6.079", "4.063", "12.127")
+    assert "speedup 1.99×" in text and "races: none" in text and "modelled for T4" in text
+    controls = _controls(box)
+    controls["chunks"].value = 1  # in, kernel, out one after the other: nothing to overlap
+    assert _number_after(_printed(box), "makespan") == "3.032" and "speedup 1.00×" in _printed(box)
+
+
+def test_stream_timeline_shows_the_issue_order_trap_and_pageable_memory():
+    box = widgets.stream_timeline()
+    controls = _controls(box)
+    controls["copy engines"].value = 1
+    controls["issue order"].value = "depth"  # out0 holds the one copy engine's queue until k0 is done: fully serial
+    assert _number_after(_printed(box), "makespan") == "12.127" and "speedup 1.00×" in _printed(box)
+    controls["issue order"].value = "breadth"  # all copies in first: the engine copies in3 while k0 runs
+    assert _number_after(_printed(box), "makespan") == "8.127"
+    # Pageable: 2.0317 ms a copy, each blocking the host: in0-in3 end at 8.127, k0 runs to 9.127, then out0-out3 back to back.
+    controls["host memory"].value = "pageable"
+    assert _number_after(_printed(box), "makespan") == "17.254" and "pageable host memory" in _printed(box)
+    controls["GPU"].value = "H100"  # PCIe 5.0: 63 GB/s, 0.508 ms a pageable copy of 16 MB
+    assert "H100 (PCIe 5.0 x16, 63 GB/s)" in _printed(box) and "modelled for H100" in _printed(box)

@@ -1,0 +1,461 @@
+"""Streams, events and copies: one API that runs on a GPU's real streams, and on the stream model without one.
+
+Write a pipeline once with these calls::
+
+    s = streams.Stream()
+    x = streams.to_device(chunk, stream=s)        # host -> device, on stream s
+    y = streams.launch(fn, x, stream=s)           # fn runs on the device, on stream s
+    h = streams.to_host(y, stream=s)              # device -> host (into pinned memory)
+    done = streams.Event(); done.record(s); other.wait_event(done)
+    streams.synchronize()                         # the host waits for everything
+
+* On a GPU (``streams.cuda_backend()``, the default when CUDA is present) each call is the torch
+  call it names: ``torch.cuda.Stream``, ``Tensor.to("cuda", non_blocking=True)``, events, pinned
+  buffers.
+* Without one, under ``with streams.modelled("T4") as run:``, each call does its tensor work at
+  once on the CPU (so results are exact and checkable) and is recorded, with the buffers it reads
+  and writes, into the stream model (:mod:`gpucourse.sim.streams`). ``run.timeline()`` is what the
+  T4's engines would do with the calls: modelled, not measured.
+
+In the model, host memory is pageable unless wrapped by ``streams.pinned(tensor)`` (on a GPU it
+is pinned for real), and what ``to_host`` returns is a host buffer: ``streams.value(h)`` reads it
+as a tensor, and the model checks the host waited for the copy first. Treat what ``to_device``,
+``launch`` and ``to_host`` return as opaque: the autograder hands your function buffers that
+live in the grader's process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from dataclasses import dataclass
+
+import torch
+
+from . import gpu_specs
+from .sim.streams import Schedule, Timeline
+
+__all__ = ["Event", "Handle", "HostBuffer", "Kernel", "ModelRun", "RemoteBackend", "Stream", "cuda_backend", "kernel", "launch", "modelled", "pinned",
+           "synchronize", "to_device", "to_host", "value"]
+
+
+# -- what the model computes with ----------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class HostBuffer:
+    """A host tensor in the model: ``pinned`` or pageable."""
+
+    tensor: torch.Tensor
+    pinned: bool
+    name: str
+
+
+@dataclass(eq=False)
+class DeviceBuffer:
+    """A device tensor in the model (its value computed at once on the CPU)."""
+
+    tensor: torch.Tensor
+    name: str
+
+
+@dataclass(eq=False)
+class Kernel:
+    """``fn`` with what a GPU would take to run it: ``seconds`` given, or a roofline of the card
+    (``flops`` at its FP32 peak, or one pass over the bytes read and written at its memory bandwidth)."""
+
+    fn: object
+    seconds: float | None = None
+    flops: float | None = None
+
+    def modelled_seconds(self, spec: gpu_specs.GPUSpec, inputs, output) -> float:
+        if self.seconds is not None:
+            return self.seconds
+        moved = sum(t.numel() * t.element_size() for t in [*inputs, output] if isinstance(t, torch.Tensor))
+        return max(moved / spec.memory_bandwidth, (self.flops or 0) / spec.fp32_flops)
+
+
+def kernel(fn, *, seconds: float | None = None, flops: float | None = None) -> Kernel:
+    """``fn`` as a kernel whose modelled time is ``seconds`` (or a roofline: see :class:`Kernel`)."""
+    return Kernel(fn, seconds, flops)
+
+
+class ModelBackend:
+    """Does each call's tensor work on the CPU and records it into a :class:`Schedule`."""
+
+    def __init__(self, gpu: str = "T4", *, copy_engines: int | None = None, issue_seconds: float = 0.0):
+        self.spec = gpu_specs.gpu(gpu)
+        self.schedule = Schedule(copy_engines=copy_engines or self.spec.copy_engines,
+                                 link_bandwidth=self.spec.host_link_bandwidth, issue_seconds=issue_seconds)
+        self._names = itertools.count()
+        self.default_stream = Stream("default", backend=self)
+
+    def _name(self, prefix: str) -> str:
+        return f"{prefix}{next(self._names)}"
+
+    def new_stream(self, name):
+        return name or self._name("stream "), None
+
+    def new_event(self, name):
+        return name or self._name("event "), None
+
+    def pinned(self, tensor) -> HostBuffer:
+        host = _host_tensor(tensor, "pinned")
+        return HostBuffer(host.clone(), True, self._name("pinned "))
+
+    def to_device(self, host, stream: Stream) -> DeviceBuffer:
+        if not isinstance(host, HostBuffer):
+            host = HostBuffer(_host_tensor(host, "to_device"), False, self._name("host "))
+        device = DeviceBuffer(host.tensor.clone(), self._name("dev "))
+        self.schedule.h2d(f"copy {host.name} in", stream.name, nbytes=_nbytes(host.tensor), pinned=host.pinned,
+                          buffer=device.name, source=host.name)
+        return device
+
+    def launch(self, fn, args, stream: Stream) -> DeviceBuffer:
+        work = fn if isinstance(fn, Kernel) else Kernel(fn)
+        for arg in args:
+            if isinstance(arg, HostBuffer) or (isinstance(arg, torch.Tensor)):
+                raise TypeError("launch takes device buffers (from to_device or an earlier launch), not host tensors")
+        inputs = [arg.tensor if isinstance(arg, DeviceBuffer) else arg for arg in args]
+        result = work.fn(*inputs)
+        if not isinstance(result, torch.Tensor):
+            raise TypeError(f"a kernel returns a tensor, got {type(result).__name__}")
+        output = DeviceBuffer(result, self._name("dev "))
+        label = getattr(work.fn, "__name__", "kernel")
+        self.schedule.kernel(f"{label} → {output.name}", stream.name, seconds=work.modelled_seconds(self.spec, inputs, result),
+                             reads=[arg.name for arg in args if isinstance(arg, DeviceBuffer)], writes=[output.name])
+        return output
+
+    def to_host(self, device, stream: Stream) -> HostBuffer:
+        if not isinstance(device, DeviceBuffer):
+            raise TypeError(f"to_host copies a device buffer back, got {type(device).__name__}")
+        host = HostBuffer(device.tensor.clone(), True, self._name("result "))  # into pinned memory: non-blocking
+        self.schedule.d2h(f"copy {device.name} out", stream.name, nbytes=_nbytes(device.tensor), buffer=device.name, into=host.name)
+        return host
+
+    def record(self, event: Event, stream: Stream) -> None:
+        self.schedule.record(event.name, stream.name)
+
+    def wait(self, event: Event, stream: Stream) -> None:
+        self.schedule.wait(event.name, stream.name)
+
+    def synchronize(self, stream: Stream | None = None) -> None:
+        self.schedule.synchronize(None if stream is None else stream.name)
+
+    def value(self, host) -> torch.Tensor:
+        if isinstance(host, HostBuffer):
+            self.schedule.host_read(host.name)
+            return host.tensor
+        if isinstance(host, DeviceBuffer):
+            raise TypeError("that is a device buffer: copy it back with to_host (and synchronize) first")
+        return host
+
+
+class CudaBackend:
+    """The same calls on a real GPU: torch's streams, events and pinned buffers."""
+
+    def __init__(self):
+        self.default_stream = Stream("default", backend=self)
+
+    def new_stream(self, name):
+        return name or "stream", torch.cuda.default_stream() if name == "default" else torch.cuda.Stream()
+
+    def new_event(self, name):
+        return name or "event", torch.cuda.Event()
+
+    def pinned(self, tensor) -> torch.Tensor:
+        return _host_tensor(tensor, "pinned").pin_memory()
+
+    def to_device(self, host, stream: Stream) -> torch.Tensor:
+        with torch.cuda.stream(stream.handle):
+            return _host_tensor(host, "to_device").to("cuda", non_blocking=True)
+
+    def launch(self, fn, args, stream: Stream) -> torch.Tensor:
+        work = fn.fn if isinstance(fn, Kernel) else fn
+        with torch.cuda.stream(stream.handle):
+            return work(*args)
+
+    def to_host(self, device, stream: Stream) -> torch.Tensor:
+        with torch.cuda.stream(stream.handle):
+            host = torch.empty(device.shape, dtype=device.dtype, pin_memory=True)
+            host.copy_(device, non_blocking=True)
+        return host
+
+    def record(self, event: Event, stream: Stream) -> None:
+        event.handle.record(stream.handle)
+
+    def wait(self, event: Event, stream: Stream) -> None:
+        stream.handle.wait_event(event.handle)
+
+    def synchronize(self, stream: Stream | None = None) -> None:
+        (stream.handle.synchronize if stream is not None else torch.cuda.synchronize)()
+
+    def value(self, host) -> torch.Tensor:
+        return host
+
+
+class Stream:
+    """A stream of the active backend: ``streams.Stream()``; work on one stream runs in order."""
+
+    def __init__(self, name: str | None = None, *, backend=None):
+        self.backend = backend or active()
+        self.name, self.handle = self.backend.new_stream(name)
+
+    def wait_event(self, event: Event) -> None:
+        """Later work on this stream waits until ``event``'s recorded point is done."""
+        self.backend.wait(event, self)
+
+    def synchronize(self) -> None:
+        """The host waits until this stream's work is done."""
+        self.backend.synchronize(self)
+
+    def __repr__(self) -> str:
+        return f"<stream {self.name}>"
+
+
+class Event:
+    """An event of the active backend: ``streams.Event()``; ``record(stream)`` marks that stream's point."""
+
+    def __init__(self, name: str | None = None, *, backend=None):
+        self.backend = backend or active()
+        self.name, self.handle = self.backend.new_event(name)
+
+    def record(self, stream: Stream | None = None) -> None:
+        self.backend.record(self, stream or self.backend.default_stream)
+
+    def __repr__(self) -> str:
+        return f"<event {self.name}>"
+
+
+# -- the module's calls, on the active backend --------------------------------------------------
+
+_active = []
+
+
+def active():
+    """The backend calls go to: the innermost ``modelled`` run, else CUDA, else an explanation."""
+    if _active:
+        return _active[-1]
+    if torch.cuda.is_available():
+        _active.append(CudaBackend())
+        return _active[-1]
+    raise RuntimeError("no GPU here: run the pipeline inside `with streams.modelled(\"T4\") as run:` "
+                       "to model what a T4 would do with it")
+
+
+@contextlib.contextmanager
+def using(backend):
+    """Send this module's calls to ``backend`` while the block runs."""
+    _active.append(backend)
+    try:
+        yield backend
+    finally:
+        _active.remove(backend)
+
+
+def cuda_backend() -> CudaBackend:
+    return CudaBackend()
+
+
+def _stream(stream):
+    return stream if stream is not None else active().default_stream
+
+
+def pinned(tensor):
+    """``tensor`` in pinned (page-locked) host memory: copies from it can overlap other work."""
+    return active().pinned(tensor)
+
+
+def to_device(host, stream: Stream | None = None):
+    """Copy ``host`` to the device on ``stream`` (the default stream when None)."""
+    return active().to_device(host, _stream(stream))
+
+
+def launch(fn, *args, stream: Stream | None = None):
+    """Run ``fn(*args)`` on the device, on ``stream``; ``fn`` may be a :func:`kernel` with a modelled time."""
+    return active().launch(fn, args, _stream(stream))
+
+
+def to_host(device, stream: Stream | None = None):
+    """Copy ``device`` back into pinned host memory on ``stream``; wait (synchronize) before reading it."""
+    return active().to_host(device, _stream(stream))
+
+
+def synchronize(stream: Stream | None = None) -> None:
+    """The host waits until ``stream`` (every stream when None) has finished its work."""
+    active().synchronize(stream)
+
+
+def value(host) -> torch.Tensor:
+    """A host result as a tensor (in the model: checked that the host waited for its copy)."""
+    return active().value(host)
+
+
+# -- a modelled run ------------------------------------------------------------------------------
+
+
+class ModelRun:
+    """What ``with streams.modelled(gpu) as run:`` gives: the run's backend and its timeline."""
+
+    def __init__(self, backend: ModelBackend):
+        self.backend = backend
+
+    @property
+    def gpu(self) -> str:
+        return self.backend.spec.name
+
+    def timeline(self) -> Timeline:
+        """What the card's engines would do with the calls made so far (modelled)."""
+        return self.backend.schedule.simulate()
+
+    def host_chunks(self, tensors) -> list[HostBuffer]:
+        """Each tensor in pinned host memory, as a loader with ``pin_memory=True`` hands them over."""
+        return [self.backend.pinned(tensor) for tensor in tensors]
+
+    def call(self, fn, *args):
+        """``fn(*args)`` with this run's calls recorded: in this process, or, for the autograder's
+        stand-in of a student's function, across the process boundary (every call of the student's
+        code carried out and recorded here, see :class:`RemoteBackend`)."""
+        across = getattr(fn, "call_with_streams", None)
+        if across is None:
+            with using(self.backend):
+                return fn(*args)
+        exported = _Exported(self.backend)
+        return exported.imported(across(exported.dispatch, *exported.exported(args)))
+
+    def values(self, results) -> list[torch.Tensor]:
+        """The host buffers ``to_host`` gave back, read by the host (a race if it did not wait for them)."""
+        results = list(results)
+        for position, result in enumerate(results):
+            if not isinstance(result, HostBuffer):
+                raise TypeError(f"result {position} is a {type(result).__name__}: return what to_host gave back")
+        return [self.backend.value(result) for result in results]
+
+
+# -- across a process boundary: the autograder -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Handle:
+    """Something that lives in another process (the grader's): a buffer, a kernel, a stream or an event."""
+
+    handle: int
+    kind: str
+
+
+class RemoteBackend:
+    """This module's calls, carried out by ``dispatch`` in another process (the grader's).
+
+    The student's code holds only handles: the data, the kernels and the record of every call stay
+    on the trusted side, so what grades the pipeline is what the calls did, not what was reported.
+    """
+
+    def __init__(self, dispatch):
+        self.dispatch = dispatch
+        self.default_stream = Stream("default", backend=self)
+
+    def _call(self, method: str, *args):
+        return self.dispatch(method, *[_as_handle(arg) for arg in args])
+
+    def new_stream(self, name):
+        return name or "stream", self._call("new_stream", name)
+
+    def new_event(self, name):
+        return name or "event", self._call("new_event", name)
+
+    def pinned(self, tensor):
+        return self._call("pinned", tensor)
+
+    def to_device(self, host, stream):
+        return self._call("to_device", host, stream)
+
+    def launch(self, fn, args, stream):
+        return self._call("launch", fn, list(args), stream)
+
+    def to_host(self, device, stream):
+        return self._call("to_host", device, stream)
+
+    def record(self, event, stream):
+        self._call("record", event, stream)
+
+    def wait(self, event, stream):
+        self._call("wait", event, stream)
+
+    def synchronize(self, stream=None):
+        self._call("synchronize", stream)
+
+    def value(self, host):
+        return self._call("value", host)
+
+
+def _as_handle(value):
+    if isinstance(value, (Stream, Event)):
+        return value.handle
+    if isinstance(value, list):
+        return [_as_handle(item) for item in value]
+    return value
+
+
+class _Exported:
+    """The trusted side of :class:`RemoteBackend`: objects out as handles, calls in on the model."""
+
+    CALLS = ("new_stream", "new_event", "pinned", "to_device", "launch", "to_host", "record", "wait", "synchronize", "value")
+    KINDS = {HostBuffer: "host buffer", DeviceBuffer: "device buffer", Kernel: "kernel", Stream: "stream", Event: "event"}
+
+    def __init__(self, backend: ModelBackend):
+        self.backend = backend
+        self.objects: dict[int, object] = {0: backend.default_stream}
+
+    def exported(self, value):
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.exported(item) for item in value)
+        if callable(value) and type(value) not in self.KINDS:
+            value = Kernel(value)  # a function to launch: it stays here, the other side gets a handle
+        kind = self.KINDS.get(type(value))
+        if kind is None:
+            return value
+        self.objects[len(self.objects)] = value
+        return Handle(len(self.objects) - 1, kind)
+
+    def imported(self, value):
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.imported(item) for item in value)
+        handle = getattr(value, "handle", None)
+        if isinstance(handle, int) and handle in self.objects:
+            return self.objects[handle]
+        return value
+
+    def dispatch(self, method: str, *args):
+        if method not in self.CALLS:
+            raise ValueError(f"unknown call {method!r}")
+        args = [self.imported(arg) for arg in args]
+        if method == "new_stream":
+            return self.exported(self.backend.default_stream if args[0] == "default" else Stream(args[0], backend=self.backend))
+        if method == "new_event":
+            return self.exported(Event(args[0], backend=self.backend))
+        for arg in args:
+            if isinstance(arg, (Stream, Event)) and arg.backend is not self.backend:
+                raise TypeError("a stream or event of another run")
+        if method == "launch":
+            return self.exported(self.backend.launch(args[0], args[1], args[2]))
+        return self.exported(getattr(self.backend, method)(*args))
+
+
+@contextlib.contextmanager
+def modelled(gpu: str = "T4", *, copy_engines: int | None = None, issue_seconds: float = 0.0):
+    """Run this module's calls on the CPU and record them into the stream model of ``gpu``."""
+    backend = ModelBackend(gpu, copy_engines=copy_engines, issue_seconds=issue_seconds)
+    with using(backend):
+        yield ModelRun(backend)
+
+
+def _host_tensor(value, what: str) -> torch.Tensor:
+    if isinstance(value, HostBuffer):
+        return value.tensor
+    if isinstance(value, torch.Tensor):
+        return value
+    raise TypeError(f"{what} takes a host tensor, got {type(value).__name__}")
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()

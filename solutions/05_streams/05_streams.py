@@ -1,0 +1,275 @@
+# %% [markdown]
+# # Assignment 05: streams and pinned memory — a pipeline's makespan, an overlapped map, and when pinning pays
+#
+# This assignment checks the ideas of lecture 05 (`course/05_streams.ipynb`).
+# You will work out how long a chunked copy → compute → copy pipeline takes on a GPU's engines, write a pipeline that overlaps copies with compute across streams, and say when pinning host memory does not pay.
+#
+# How it works:
+# - Write your code where a cell says `raise NotImplementedError(...)`; delete that line.
+# - Run the test cell under each answer: a quiet cell means the visible tests passed, an error says what is wrong.
+# - Grading reruns every test cell, plus hidden tests with other inputs and edge cases.
+# - Without a GPU, your pipeline runs on the course's stream model (`streams.modelled("T4")`): the tensor work is done at once on your CPU, so results are exact, and the model says what a T4's engines would do with your calls (modelled, not measured). The GPU speed item waits for a GPU regrade.
+#
+# Points: 9 autograded (2 of them on a GPU), 1 graded by hand.
+
+# %%
+# Setup: on Colab, install the course package first (locally, `make lab` already did).
+import subprocess
+import sys
+
+if "google.colab" in sys.modules:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/gpu-course/gpu-optimization-course"], check=True)
+
+# %% nbgrader={"grade_id": "imports", "locked": true}
+import math
+
+import torch
+
+import gpucourse
+from gpucourse import check, streams, thresholds, timing
+from gpucourse.sim import streams as stream_model
+
+print(f"Running on {gpucourse.describe()} (device class {gpucourse.device_class()!r})")
+torch.manual_seed(0)
+
+# %% [markdown]
+# ## Question 1: the makespan of a chunked pipeline (3 points)
+#
+# Data too big to copy and then compute in one go is cut into `n_chunks` chunks; each chunk is copied host → device (`h2d` seconds), computed (`compute` seconds), and copied back (`d2h` seconds), on a stream of its own.
+# The host issues the work **breadth-first**: every copy in (chunk 0, 1, …), then every kernel, then every copy out.
+# The GPU has one compute engine and `copy_engines` copy engines; as in the lecture's model, each engine runs one operation at a time, in the order the host issued them to it, and an operation starts when its stream's previous operation and its engine are both done.
+# With 2 or more copy engines, copies in and copies out each have an engine of their own; with 1, both directions share it.
+# The copies are from pinned memory, so issuing costs the host nothing.
+#
+# Write `pipeline_makespan(n_chunks, h2d, compute, d2h, copy_engines=2)`: the time from the first copy in to the end of the last copy out, as a float.
+# 0 chunks take 0 seconds.
+# Raise `ValueError` for a negative chunk count or duration, or for fewer than 1 copy engine.
+#
+# The lecture simulates pipelines operation by operation (`gpucourse.sim.streams.pipeline`); that is a fine way to check your answer on a few chunks, but the hidden tests ask for up to 10**9 chunks and give each call a fraction of a second: work out the closed form.
+# Hint: the engine that is busiest sets the pace once the pipeline is full; with one copy engine, look at when each copy out can start and at what it has to wait for.
+#
+# About 8 lines.
+
+# %% nbgrader={"grade_id": "pipeline_makespan", "solution": true}
+def pipeline_makespan(n_chunks, h2d, compute, d2h, copy_engines=2):
+    """Seconds from the first copy in to the end of the last copy out; one stream per chunk, issued breadth-first."""
+    ### BEGIN SOLUTION
+    if n_chunks < 0 or min(h2d, compute, d2h) < 0:
+        raise ValueError("chunk counts and durations cannot be negative")
+    if copy_engines < 1:
+        raise ValueError(f"a GPU has at least one copy engine, got {copy_engines}")
+    if n_chunks == 0:
+        return 0.0
+    if copy_engines >= 2:
+        # Three engines in a row, identical chunks: once full, the slowest stage sets the pace.
+        return float(h2d + compute + d2h + (n_chunks - 1) * max(h2d, compute, d2h))
+    # One engine runs every copy in, then every copy out (issue order). The last copy out ends when the
+    # engine has done all the copies, when the first kernel's result had all copies out queued behind it,
+    # or when the last kernel is done, whichever is latest.
+    last_kernel = h2d + compute + (n_chunks - 1) * max(h2d, compute)
+    return float(max(n_chunks * (h2d + d2h), h2d + compute + n_chunks * d2h, last_kernel + d2h))
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade_id": "test_pipeline_makespan", "grade": true, "points": 3}
+"""pipeline_makespan on two copy engines and on one, against timelines worked out by hand."""
+check.assert_approx(pipeline_makespan(1, 2.0, 3.0, 1.0), 6.0, name="one chunk: nothing overlaps")  # 2 + 3 + 1
+check.assert_approx(pipeline_makespan(3, 2.0, 3.0, 1.0), 12.0, name="3 chunks, the kernels set the pace")  # 2 + 3 + 1 + 2 × 3
+check.assert_approx(pipeline_makespan(4, 4.0, 1.0, 1.0), 18.0, name="4 chunks, the copies in set the pace")  # 4 + 1 + 1 + 3 × 4
+check.assert_approx(pipeline_makespan(3, 2.0, 3.0, 1.0, copy_engines=1), 12.0,
+                    name="3 chunks on one copy engine")  # outs at 6-7, 8-9, 11-12: each waits for its kernel
+### BEGIN HIDDEN TESTS
+check.assert_approx(pipeline_makespan(0, 2.0, 3.0, 1.0), 0.0, name="no chunks")
+check.assert_approx(pipeline_makespan(5, 1.0, 1.0, 1.0, copy_engines=3), 7.0, name="3 copy engines act as 2")  # 3 + 4 × 1
+check.assert_approx(pipeline_makespan(10**9, 1e-3, 2e-3, 5e-4), 1e-3 + 2e-3 + 5e-4 + (10**9 - 1) * 2e-3, name="10**9 chunks")
+# One copy engine, the copies together set the pace: 4 × (3 + 2) = 20; the last out cannot start before 3 + 1 + 3 × 3 = 13.
+check.assert_approx(pipeline_makespan(4, 3.0, 1.0, 2.0, copy_engines=1), 20.0, name="one copy engine, copy-bound")
+# One copy engine, copies out queued behind the first kernel: ins 0-1 and 1-2, k0 1-11, outs 11-16 and 21-26 (k1 ends 21).
+check.assert_approx(pipeline_makespan(2, 1.0, 10.0, 5.0, copy_engines=1), 26.0, name="one copy engine, compute-bound")
+# The first kernel is slow to finish, so every copy out waits for it: ins 0-1 .. 2-3, k0 1-4, outs from 4: 4 + 3 × 4 = 16.
+check.assert_approx(pipeline_makespan(3, 1.0, 3.0, 4.0, copy_engines=1), 16.0, name="one copy engine, outs queued behind the first kernel")
+check.assert_approx(pipeline_makespan(10**9, 1e-3, 2e-3, 5e-4, copy_engines=1), 3e-3 + (10**9 - 1) * 2e-3 + 5e-4,
+                    name="10**9 chunks on one copy engine")  # the kernels set the pace: the copies take 1.5e-3 per chunk
+
+
+def expect_value_error(args, name):
+    try:
+        pipeline_makespan(*args)
+    except ValueError:
+        return
+    raise AssertionError(f"{name}: expected ValueError, got no error")
+
+
+expect_value_error((-1, 1.0, 1.0, 1.0), "a negative chunk count")
+expect_value_error((2, 1.0, -1.0, 1.0), "a negative compute time")
+expect_value_error((2, 1.0, 1.0, 1.0, 0), "no copy engine")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Question 2: an overlapped map (6 points, 2 of them on a GPU)
+#
+# `serial_map(fn, host_chunks)` below runs `fn` on each chunk on the device one chunk at a time: copy in, compute, copy out, wait, next chunk.
+# The engines take turns: the copy engines idle while the kernel runs, the compute engine idles during the copies.
+#
+# Write `overlapped_map(fn, host_chunks)` with the same results, in the same order, but with copies and compute overlapped across streams, using the course's front end (`from gpucourse import streams`, as in the lecture):
+# `streams.Stream()`, `streams.Event()`, `event.record(stream)`, `stream.wait_event(event)`, `streams.to_device(x, stream=s)`, `streams.launch(fn, x, stream=s)`, `streams.to_host(y, stream=s)`, `streams.synchronize()`.
+# Return the list of what `to_host` gave back (the host waits for the copies before returning: `synchronize`).
+# One stream per chunk is enough (a stream runs its operations in order); separate copy and compute streams work too, with events between them.
+# Treat the chunks and what the calls return as opaque: pass them to the calls, do not compute with them (the grader hands your function buffers that live in its own process).
+#
+# Graded:
+# - the results (1 point), on the stream model;
+# - the **modelled timeline** of your calls, recorded by the grader for 24 chunks on a T4: no race (1 point: an operation reading a buffer another stream wrote with no event between them, or the host reading a result before waiting for it), and, race-free, a makespan within 10% of the ideal bound (2 points: the busiest engine's total time for the work that must be done), on the T4 as `gpu_specs` gives it (a copy engine per direction) **and** on a T4 whose copies in and out share one engine, as on cards with a single copy engine: mind the lecture's issue-order trap;
+# - on a GPU, your pipeline against `serial_map` on real streams, 8 chunks of 4 M floats already in pinned memory, mapped with `torch.sin` (2 points): it needs 1.2×.
+#   That threshold is modelled, not yet measured: no GPU has run this item; `gpucourse.thresholds` models 1.8-1.9× on every card in `gpu_specs` (V100, T4, A100, L4, H100, H200), where the copies set the time and a pipeline overlaps copies in with copies out, and `scripts/gpu_check.sh` will calibrate it on the first GPU run.
+#
+# About 8 lines.
+
+# %% nbgrader={"grade_id": "serial_map", "locked": true}
+def serial_map(fn, host_chunks):
+    """fn on each chunk on the device, one chunk at a time, on the default stream."""
+    results = []
+    for chunk in host_chunks:
+        computed = streams.launch(fn, streams.to_device(chunk))
+        results.append(streams.to_host(computed))
+        streams.synchronize()  # the next chunk starts when this one is back on the host
+    return results
+
+
+def scale_shift(x):
+    """The map of the tests: x -> 2x + 1."""
+    return 2.0 * x + 1.0
+
+
+def modelled_map(map_fn, fn, data, gpu="T4", copy_engines=None):
+    """map_fn(fn, chunks) on the stream model of ``gpu``: (the results read by the host, the timeline)."""
+    with streams.modelled(gpu, copy_engines=copy_engines) as run:
+        results = run.call(map_fn, fn, run.host_chunks(data))
+        values = run.values(results)
+    return values, run.timeline()
+
+
+def check_results(values, fn, data, name):
+    """One result per chunk, in order, each exactly fn(chunk)."""
+    assert len(values) == len(data), f"{name}: expected {len(data)} results, one per chunk, got {len(values)}"
+    for position, (value, chunk) in enumerate(zip(values, data)):
+        check.assert_close(value, fn(chunk), rtol=0, atol=0, name=f"{name}: chunk {position}")
+
+
+CHUNKS, CHUNK_ELEMENTS, KERNEL_SECONDS = 24, 1 << 16, 30e-6  # 256 KiB chunks: 16.6 µs each way over the T4's PCIe 3.0 link
+
+
+def traced_overlap(map_fn, gpu, chunks, elements, kernel_seconds, copy_engines=None):
+    """map_fn of ``chunks`` float32 chunks on the model of ``gpu``, results checked: (timeline, the ideal bound).
+
+    The bound is that of the work that must be done (each chunk in, computed, out), not of whatever was issued.
+    ``copy_engines``: the card's (None), or 1, as on a card whose copies in and out share one engine.
+    """
+    data = [torch.randn(elements) for _ in range(chunks)]
+    values, timeline = modelled_map(map_fn, streams.kernel(scale_shift, seconds=kernel_seconds), data, gpu, copy_engines)
+    card = f"{gpu}{' with one copy engine' if copy_engines == 1 else ''}"
+    check_results(values, scale_shift, data, f"{chunks} chunks on the {card} model")
+    copy = stream_model.Schedule.for_gpu(gpu).copy_seconds(elements * 4)
+    engines = copy_engines or stream_model.Schedule.for_gpu(gpu).copy_engines
+    ideal = stream_model.pipeline(chunks, copy, kernel_seconds, copy, copy_engines=engines).simulate().ideal_seconds
+    print(f"{card}, {chunks} chunks: makespan {timeline.makespan * 1e6:.0f} µs, ideal bound {ideal * 1e6:.0f} µs "
+          f"(modelled), {len(timeline.races)} race(s)")
+    return timeline, ideal, card
+
+
+def check_race_free(traced):
+    timeline, _, card = traced
+    assert not timeline.races, f"on the {card} model, {len(timeline.races)} race(s), first: {timeline.races[0]}"
+
+
+def check_makespan(traced, tolerance=1.10):
+    """A racy timeline says nothing about speed: it is only as fast as it is wrong."""
+    check_race_free(traced)
+    timeline, ideal, card = traced
+    assert timeline.makespan <= tolerance * ideal, (
+        f"on the {card} model, the makespan {timeline.makespan * 1e6:.0f} µs is {timeline.makespan / ideal:.2f}× the ideal {ideal * 1e6:.0f} µs; "
+        f"need at most {tolerance:.2f}×")
+
+
+# %% nbgrader={"grade_id": "overlapped_map", "solution": true}
+def overlapped_map(fn, host_chunks):
+    """fn on each chunk on the device, copies and compute overlapped across streams; results in order."""
+    ### BEGIN SOLUTION
+    chunks = list(host_chunks)
+    lanes = [streams.Stream() for _ in chunks]
+    # Breadth-first: every copy in, then every kernel, then every copy out, so that no engine's queue
+    # holds a copy that must wait for a kernel in front of copies that could run.
+    on_device = [streams.to_device(chunk, stream=lane) for chunk, lane in zip(chunks, lanes)]
+    computed = [streams.launch(fn, x, stream=lane) for x, lane in zip(on_device, lanes)]
+    results = [streams.to_host(y, stream=lane) for y, lane in zip(computed, lanes)]
+    for lane in lanes:  # the host waits for every copy out before it reads a result
+        lane.synchronize()
+    return results
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade_id": "test_overlap_correct", "grade": true, "points": 1}
+"""overlapped_map gives serial_map's results, in order, on the stream model."""
+
+
+data = [torch.randn(1000) for _ in range(4)]
+values, _ = modelled_map(overlapped_map, scale_shift, data)
+check_results(values, scale_shift, data, "4 chunks of 1000")
+### BEGIN HIDDEN TESTS
+for count, size in ((1, 7), (9, 333), (3, 0)):
+    data = [torch.randn(size) for _ in range(count)]
+    values, _ = modelled_map(overlapped_map, torch.sin, data)
+    check_results(values, torch.sin, data, f"{count} chunks of {size}")
+values, _ = modelled_map(overlapped_map, scale_shift, [])
+assert list(values) == [], f"no chunks: expected no results, got {len(values)}"
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "test_overlap_race_free", "grade": true, "points": 1}
+"""The model's timeline of overlapped_map on a T4 has no race: every read is ordered after the write it needs."""
+check_race_free(traced_overlap(overlapped_map, "T4", CHUNKS, CHUNK_ELEMENTS, KERNEL_SECONDS))
+### BEGIN HIDDEN TESTS
+check_race_free(traced_overlap(overlapped_map, "H100", 32, 1 << 17, 40e-6))
+check_race_free(traced_overlap(overlapped_map, "T4", 2, 1000, 1e-6))
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "test_overlap_makespan", "grade": true, "points": 2}
+"""The model's timeline of overlapped_map on a T4: race-free and within 10% of the ideal bound."""
+check_makespan(traced_overlap(overlapped_map, "T4", CHUNKS, CHUNK_ELEMENTS, KERNEL_SECONDS))
+check_makespan(traced_overlap(overlapped_map, "T4", CHUNKS, CHUNK_ELEMENTS, KERNEL_SECONDS, copy_engines=1))
+### BEGIN HIDDEN TESTS
+check_makespan(traced_overlap(overlapped_map, "L4", 40, 1 << 16, 10e-6, copy_engines=1))  # one engine, the copies set the pace
+check_makespan(traced_overlap(overlapped_map, "H100", 32, 1 << 17, 40e-6))  # 512 KiB: 8.3 µs each way over PCIe 5.0; the kernels set the pace
+check_makespan(traced_overlap(overlapped_map, "A100", 30, 1 << 18, 10e-6))  # 1 MiB: 33 µs each way over PCIe 4.0; the copies set the pace
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "test_overlap_speed", "grade": true, "points": 2} tags=["requires-gpu"]
+"""On a GPU: overlapped_map beats serial_map on 8 chunks of 4 M floats by 1.2x, on real streams."""
+# Modelled, not yet measured (gpucourse.thresholds.overlap_speed); scripts/gpu_check.sh calibrates it on the first GPU run.
+SPEEDUP_NEEDED = {"cuda": 1.2}
+print(thresholds.describe("test_overlap_speed", SPEEDUP_NEEDED["cuda"]))
+small = [torch.randn(5) for _ in range(3)]  # first, a small map on the model
+check_results(modelled_map(overlapped_map, torch.sin, small)[0], torch.sin, small, "3 chunks of 5")
+if gpucourse.device_class() != "cuda":
+    print("needs a GPU: on one, the copies of one chunk overlap the kernel and the copies of others")
+else:
+    def fresh_chunks():
+        return torch.sin, [torch.randn(1 << 22) for _ in range(8)]
+
+    def check_timed(args, output):
+        check_results([streams.value(result) for result in output], torch.sin, args[1], "a timed overlapped_map")
+
+    result = timing.compare_speed(serial_map, overlapped_map, fresh_chunks, check=check_timed, rounds=7)
+    check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="overlapped_map vs serial_map")
+
+# %% [markdown]
+# ## Question 3: when pinning does not pay (1 point, graded by hand)
+#
+# In two or three sentences, in the cell below: pinned memory makes copies faster and lets them overlap other work, so why not pin everything?
+# Name at least two situations where pinning host memory does not pay, and say why.
+
+# %% [markdown] nbgrader={"grade_id": "pinning_answer", "solution": true, "grade": true, "points": 1}
+# ### BEGIN SOLUTION
+# Pinning is itself a cost: page-locking memory (or allocating pinned memory) is slow, and `pin_memory()` copies the data into a new pinned buffer first, so pinning a tensor you copy only once costs more than the pageable copy it would speed up; pin once and reuse the buffer, or let a loader's worker pin in the background (`DataLoader(pin_memory=True)`).
+# Pinned pages cannot be swapped out: pinning a large share of RAM starves the operating system and other processes, and allocations can fail.
+# It does not pay either when the copies are small or rare next to the compute (nothing to overlap), or when nothing else can run meanwhile (a single stream that waits for each copy anyway).
+# ### END SOLUTION
