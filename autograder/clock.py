@@ -78,17 +78,26 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def runnable_in_trees(roots: Iterable[int]) -> int:
-    """Runnable threads in the process trees below ``roots`` (each root included)."""
-    count, seen, pending = 0, set(), list(roots)
+def _tasks_in_trees(roots: Iterable[int]) -> Iterable[str]:
+    """The state of every thread in the process trees below ``roots`` (each root included)."""
+    seen, pending = set(), list(roots)
     while pending:
         pid = pending.pop()
         if pid in seen:
             continue
         seen.add(pid)
-        count += sum(1 for _, state in _task_states(pid) if state == "R")
+        yield from (state for _, state in _task_states(pid))
         pending += _children(pid)
-    return count
+
+
+def runnable_in_trees(roots: Iterable[int]) -> int:
+    """Runnable threads in the process trees below ``roots`` (each root included)."""
+    return sum(1 for state in _tasks_in_trees(roots) if state == "R")
+
+
+def threads_in_trees(roots: Iterable[int]) -> int:
+    """Threads, runnable or not, in the process trees below ``roots``: read from /proc, not asked of them."""
+    return sum(1 for state in _tasks_in_trees(roots) if state not in ("Z", "X"))
 
 
 class FairClock:

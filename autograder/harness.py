@@ -237,13 +237,19 @@ class StudentWorker:
     def request(self, message, seconds: float):
         """Send ``message`` and wait for the final reply, serving callbacks meanwhile."""
         deadline = self.clock.now() + seconds
-        try:
+        with self.talking():
             protocol.write_frame(self.process.to_worker, protocol.encode_for_worker(message))
             while True:
                 reply = self._receive(deadline)
                 if reply[0] != "callback":
                     return reply
                 self._serve_callback(reply)
+
+    @contextlib.contextmanager
+    def talking(self):
+        """While the block talks to the worker: a time-out or a broken channel stops it (and is raised as such)."""
+        try:
+            yield
         except WorkerTimeout:
             self.stop()
             raise
@@ -311,6 +317,15 @@ class StudentFunction:
         self.worker.ensure_started()
         message = ("call_streams", self.name, self.worker.marshal(args), {}, self.worker.marshal(dispatch))
         return _result(self.name, self.worker.request(message, self.item_deadline()))
+
+    def drive_iterator(self, plan):
+        """Consume the generator the student's function returns as :func:`gpucourse.loading.run_loader`
+        asks, with the loads' latency and the compute kept here (:mod:`autograder.loading`)."""
+        from .loading import drive
+
+        self.worker.ensure_started()
+        with self.worker.talking():
+            return drive(self.worker, self.name, plan, self.worker.clock.now() + self.item_deadline())
 
     def __getitem__(self, config):
         return KernelLaunch(self, config)
@@ -438,6 +453,9 @@ class ReferenceFunction:
 
     def timed_block(self, calls):
         return self.remote.timed_block(calls)
+
+    def drive_iterator(self, plan):
+        return self.remote.drive_iterator(plan)
 
 
 def _check_digests(name: str, outputs, digests, weights) -> None:

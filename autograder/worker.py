@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import itertools
 import linecache
+import queue
 import sys
 import threading
 import traceback
@@ -114,14 +115,35 @@ class Worker:
         self._set_threads = torch.set_num_threads
         self._cells = itertools.count(1)
         self._threads = torch.get_num_threads()
+        self.iterator = None
+        # One thread reads the harness's pipe: a callback's reply goes to the thread that waits for it
+        # (a student's loader thread, see do_iterate), every other message to the main loop.
+        self._commands, self._replies = queue.Queue(), queue.Queue()
+        self._send_lock, self._callback_lock = threading.Lock(), threading.Lock()
 
     def send(self, *message) -> None:
-        protocol.write_frame(self.fd_out, protocol.encode_for_harness(message))
+        data = protocol.encode_for_harness(message)
+        with self._send_lock:
+            protocol.write_frame(self.fd_out, data)
 
     def receive(self):
-        return protocol.decode_from_harness(protocol.read_frame(self.fd_in))
+        message = self._commands.get()
+        if message is None:
+            raise protocol.ChannelClosed("the harness closed its pipe")
+        return message
+
+    def _read_forever(self) -> None:
+        while True:
+            try:
+                message = protocol.decode_from_harness(protocol.read_frame(self.fd_in))
+            except (protocol.ChannelClosed, OSError):
+                self._commands.put(None)
+                self._replies.put(None)
+                return
+            (self._replies if message[0] in ("cb_return", "cb_raise") else self._commands).put(message)
 
     def serve(self) -> None:
+        threading.Thread(target=self._read_forever, name="harness-reader", daemon=True).start()
         self.send("ready")  # before any student code: the harness tells its own failures from theirs
         while True:
             try:
@@ -168,6 +190,25 @@ class Worker:
         with streams.using(streams.RemoteBackend(self._bind(dispatch))):
             result = self.namespace[name](*self._bind(args), **self._bind(kwargs))
         self.send("return", to_plain(result))
+
+    def do_iterate(self, name: str, args, kwargs) -> None:
+        """Call a function that returns an iterator (a generator), kept for ``next`` and ``close``."""
+        self._set_threads(self._threads)
+        self.iterator = iter(self.namespace[name](*self._bind(args), **self._bind(kwargs)))
+        self.send("ok")
+
+    def do_next(self) -> None:
+        try:
+            value = next(self.iterator)
+        except StopIteration:
+            self.send("stop")
+            return
+        self.send("item", to_plain(value))
+
+    def do_close(self) -> None:
+        iterator, self.iterator = self.iterator, None
+        getattr(iterator, "close", lambda: None)()
+        self.send("ok")
 
     def do_launch(self, name: str, config, args, observers=()) -> None:
         """Launch a ``@cuda.jit`` kernel; send back its array arguments as they are after it,
@@ -218,8 +259,12 @@ class Worker:
 
     def _callback(self, callback_id: int):
         def call_harness(*args, **kwargs):
-            self.send("callback", callback_id, to_plain(args), to_plain(kwargs))
-            reply = self.receive()
+            message = ("callback", callback_id, to_plain(args), to_plain(kwargs))
+            with self._callback_lock:  # one call at a time, from any thread: each reply is its own
+                self.send(*message)
+                reply = self._replies.get()
+            if reply is None:
+                raise RuntimeError("the grader is gone")
             if reply[0] == "cb_return":
                 return reply[1]
             raise RuntimeError(f"the test's function raised {reply[1]}: {reply[2]}")

@@ -218,17 +218,21 @@ def compare_speed(
                         check(args, output)
                 del inputs, outputs
         measured_on = describe(_device_of(make_inputs()))
-    ratios = sorted(b / c for b, c in zip(per_call["baseline"], per_call["candidate"]))
-    baseline_s = statistics.median(per_call["baseline"])
-    candidate_s = statistics.median(per_call["candidate"])
+    return speed_result(per_call["baseline"], per_call["candidate"], measured_on, num_threads)
+
+
+def speed_result(baseline_times: Sequence[float], candidate_times: Sequence[float], device: str, num_threads: int | None) -> SpeedResult:
+    """The ratio of the medians of interleaved rounds (one time of each per round), and the spread of the per-round ratios."""
+    ratios = sorted(b / c for b, c in zip(baseline_times, candidate_times))
+    baseline_s, candidate_s = statistics.median(baseline_times), statistics.median(candidate_times)
     return SpeedResult(
         speedup=baseline_s / candidate_s,
         low=_quantile(ratios, 0.25),
         high=_quantile(ratios, 0.75),
         baseline_seconds=baseline_s,
         candidate_seconds=candidate_s,
-        rounds=rounds,
-        device=measured_on,
+        rounds=len(ratios),
+        device=device,
         num_threads=num_threads,
     )
 

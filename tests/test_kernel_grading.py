@@ -285,6 +285,28 @@ VARIANTS_05 = {
                        lambda given: given.replace("    for lane in lanes:  # the host waits for every copy out before it reads a result\n"
                                                    "        lane.synchronize()\n", ""),
                        ("test_overlap_race_free", "test_overlap_makespan"), "race"),
+    # No prefetching (each item loaded when asked for), with the student's process making every sleep free: the
+    # loads' latency and the compute are the grader's, so it is exactly as slow as load_one_by_one.
+    "patched_sleep": ("prefetch", "import time\ntime.sleep = lambda seconds: None\n\n"
+                      "def prefetch(loader_fn, items, depth=2):\n    for item in items:\n        yield loader_fn(item)\n",
+                      "test_prefetch_speed", "need 1.4×"),
+    # Every load started at once: fast, but nothing bounds what is held in memory.
+    "load_everything": ("prefetch", (
+        "def prefetch(loader_fn, items, depth=2):\n    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:\n"
+        "        yield from pool.map(loader_fn, list(items))\n"
+    ), "test_prefetch_errors_and_cleanup", "loads were started"),
+    # A loading thread that is never told to stop: closing the generator leaves it blocked on a full queue.
+    "thread_left_running": ("prefetch", (
+        "import queue\nimport threading\n\ndef prefetch(loader_fn, items, depth=2):\n    loaded = queue.Queue(maxsize=depth)\n"
+        "    def work():\n        for item in items:\n            try:\n                loaded.put(('ok', loader_fn(item)))\n"
+        "            except Exception as error:\n                loaded.put(('error', error))\n                return\n"
+        "        loaded.put(('end', None))\n    threading.Thread(target=work, daemon=True).start()\n"
+        "    while True:\n        kind, value = loaded.get()\n        if kind == 'end':\n            return\n"
+        "        if kind == 'error':\n            raise value\n        yield value\n"
+    ), "test_prefetch_errors_and_cleanup", "still running"),
+    # Values made up without loading: what a load returns cannot be guessed.
+    "fabricated": ("prefetch", "def prefetch(loader_fn, items, depth=2):\n    for item in items:\n        yield f'{item}:0000000000000000'\n",
+                   "test_prefetch_order", "out of order"),
     # Tensors instead of the host buffers to_host gave back.
     "values_read_inside": ("overlapped_map", lambda given: given.replace("    return results", "    return [streams.value(r) for r in results]"),
                            ("test_overlap_correct", "test_overlap_race_free", "test_overlap_makespan"), "return what to_host gave back"),

@@ -2,7 +2,7 @@
 # # Assignment 05: streams and pinned memory — a pipeline's makespan, an overlapped map, and when pinning pays
 #
 # This assignment checks the ideas of lecture 05 (`course/05_streams.ipynb`).
-# You will work out how long a chunked copy → compute → copy pipeline takes on a GPU's engines, write a pipeline that overlaps copies with compute across streams, and say when pinning host memory does not pay.
+# You will work out how long a chunked copy → compute → copy pipeline takes on a GPU's engines, write a pipeline that overlaps copies with compute across streams, prefetch data in the background while the consumer computes, and say when pinning host memory does not pay.
 #
 # How it works:
 # - Write your code where a cell says `raise NotImplementedError(...)`; delete that line.
@@ -10,7 +10,7 @@
 # - Grading reruns every test cell, plus hidden tests with other inputs and edge cases.
 # - Without a GPU, your pipeline runs on the course's stream model (`streams.modelled("T4")`): the tensor work is done at once on your CPU, so results are exact, and the model says what a T4's engines would do with your calls (modelled, not measured). The GPU speed item waits for a GPU regrade.
 #
-# Points: 9 autograded (2 of them on a GPU), 1 graded by hand.
+# Points: 13 autograded (2 of them on a GPU), 1 graded by hand.
 
 # %%
 # Setup: on Colab, install the course package first (locally, `make lab` already did).
@@ -21,12 +21,14 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/gpu-course/gpu-optimization-course"], check=True)
 
 # %% nbgrader={"grade_id": "imports", "locked": true}
-import math
+import collections
+import concurrent.futures
+import itertools
 
 import torch
 
 import gpucourse
-from gpucourse import check, streams, thresholds, timing
+from gpucourse import check, loading, streams, thresholds, timing
 from gpucourse.sim import streams as stream_model
 
 print(f"Running on {gpucourse.describe()} (device class {gpucourse.device_class()!r})")
@@ -262,7 +264,94 @@ else:
     check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="overlapped_map vs serial_map")
 
 # %% [markdown]
-# ## Question 3: when pinning does not pay (1 point, graded by hand)
+# ## Question 3: prefetching data in the background (4 points)
+#
+# A GPU waits for data when the host loads each batch only once the previous one is done: reading from disk or the network is latency, not work, and it can overlap the compute.
+# `load_one_by_one` below is that loop: it loads item 0, hands it over, and loads item 1 only when the consumer asks for it.
+#
+# Write `prefetch(loader_fn, items, depth=2)`, a generator that yields `loader_fn(item)` for each item, **in order**, while loading up to `depth` items ahead in the background (a thread: the loads wait, they do not compute, so Python's GIL is no obstacle).
+# - Keep at most `depth` loads started beyond the item the consumer last received (one more while your loading thread waits for room is tolerated).
+# - If `loader_fn` raises for an item, the consumer gets that error when it asks for that item (the items before it arrive first).
+# - When the consumer stops early and closes the generator (`generator.close()`, or a `break` out of a `for` loop that drops it), no thread of yours may be left running a second later.
+#
+# `concurrent.futures.ThreadPoolExecutor` and `collections.deque` (or `threading` and `queue.Queue`) are all you need.
+# Graded, with the grader's own loader (each load waits 15 ms, like slow storage) and consumer (15 ms of "compute" per item):
+# the values and their order, also with `depth` 1 and 4, no items and items given as an iterator (1 point);
+# the error and the cleanup (1 point);
+# speed: at least 1.4× faster than `load_one_by_one` on 12 items, in alternating rounds (2 points; the reference reaches about 1.8× of the 2× possible, on the course's 2-core machine).
+# About 12 lines.
+
+# %% nbgrader={"grade_id": "load_one_by_one", "locked": true}
+def load_one_by_one(loader_fn, items, depth=2):
+    """The loop without prefetching: each item is loaded when the consumer asks for it (depth is ignored)."""
+    for item in items:
+        yield loader_fn(item)
+
+
+# %% nbgrader={"grade_id": "prefetch", "solution": true}
+def prefetch(loader_fn, items, depth=2):
+    """Yield loader_fn(item) for each item, in order, loading up to ``depth`` items ahead in a background thread."""
+    ### BEGIN SOLUTION
+    items = iter(items)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        pending = collections.deque(pool.submit(loader_fn, item) for item in itertools.islice(items, depth))
+        try:
+            while pending:
+                loaded = pending.popleft().result()  # a loader's error is raised here, at its item
+                pending.extend(pool.submit(loader_fn, item) for item in itertools.islice(items, 1))
+                yield loaded
+        finally:
+            for future in pending:  # closed early: drop the loads not started; the pool waits for the running one
+                future.cancel()
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade_id": "test_prefetch_order", "grade": true, "points": 1}
+"""prefetch yields every item's load, in order, whatever the depth."""
+
+
+def check_order(items, depth, name):
+    plan, run = loading.run_loader(prefetch, items, load_seconds=0.002, compute_seconds=0.002, depth=depth)
+    assert run.error is None, f"{name}: the consumer got {run.error}"
+    assert len(run.received) == len(plan.items) and run.in_order(plan), (
+        f"{name}: expected the {len(plan.items)} loads in order, got {len(run.received)} values"
+        + ("" if run.in_order(plan) else ", out of order"))
+
+
+check_order(range(10), 2, "10 items, depth 2")
+### BEGIN HIDDEN TESTS
+check_order(range(7), 1, "7 items, depth 1")
+check_order(range(9), 4, "9 items, depth 4")
+check_order([], 2, "no items")
+check_order(["a"], 3, "one item, depth 3")
+check_order(iter(range(5)), 2, "items given as an iterator")
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "test_prefetch_errors_and_cleanup", "grade": true, "points": 1}
+"""A loader's error reaches the consumer at its item; loads stay within depth; closing early leaves no thread."""
+plan, run = loading.run_loader(prefetch, range(8), load_seconds=0.003, compute_seconds=0.001, fail_at=5)
+assert run.error is not None and "could not load item 5" in run.error, f"expected the loader's error at item 5, got {run.error}"
+assert len(run.received) == 5 and run.in_order(plan), f"expected items 0-4 before the error, got {len(run.received)} values"
+### BEGIN HIDDEN TESTS
+plan, run = loading.run_loader(prefetch, range(20), load_seconds=0.002, compute_seconds=0.004, depth=2, stop_after=3)
+assert run.threads_left == 0, f"{run.threads_left} thread(s) still running a second after the generator was closed"
+assert run.loads <= 3 + 2 + 1, f"stopped after 3 items with depth 2, but {run.loads} loads were started"
+plan, run = loading.run_loader(prefetch, range(12), load_seconds=0.001, compute_seconds=0.005, depth=3)
+assert run.most_ahead <= 3 + 1, f"depth 3, but {run.most_ahead} loads were started ahead of the consumer"
+assert run.most_ahead >= 2, f"depth 3, but never more than {run.most_ahead} load ahead of the consumer: nothing was prefetched"
+plan, run = loading.run_loader(prefetch, range(3), load_seconds=0.002, compute_seconds=0.001, fail_at=0)
+assert run.error is not None and "could not load item 0" in run.error and run.received == [], f"the first load fails: got {run.error}"
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "test_prefetch_speed", "grade": true, "points": 2}
+"""prefetch overlaps 15 ms loads with 15 ms of compute: at least 1.4x faster than load_one_by_one on 12 items."""
+SPEEDUP_NEEDED = {"cpu": 1.4, "cuda": 1.4}  # loads and compute are waits, on any machine
+result = loading.compare_loaders(load_one_by_one, prefetch, range(12), load_seconds=0.015, compute_seconds=0.015, depth=2, rounds=5)
+print(f"prefetch: {result}; the model predicts (15 + 15) / max(15, 15) = 2× at most")
+check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="prefetch vs load_one_by_one")
+
+# %% [markdown]
+# ## Question 4: when pinning does not pay (1 point, graded by hand)
 #
 # In two or three sentences, in the cell below: pinned memory makes copies faster and lets them overlap other work, so why not pin everything?
 # Name at least two situations where pinning host memory does not pay, and say why.

@@ -1,0 +1,121 @@
+"""The trusted side of :func:`gpucourse.loading.run_loader`: a student's prefetching generator, driven from here.
+
+The generator runs in the student's worker (``iterate``, then ``next`` per item, ``close``); its loader
+is a callback into this process. Everything that takes time is the grader's: a load's reply is held
+back ``load_seconds`` (a timer here, not a sleep in the student's process), and after each item
+arrives this process "computes" for ``compute_seconds`` before asking for the next, while it goes
+on answering loads. So the worker's background threads overlap the loads with the compute only by
+asking early, and nothing in the student's process can make a load or the compute shorter. What the
+consumer received, the loads' count and how far ahead they ran are counted here; the threads left
+after ``close`` are read from /proc, not asked of the worker.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import select
+import time
+
+from gpucourse.loading import LoadPlan, LoadRun
+
+from . import protocol
+from .clock import threads_in_trees
+
+
+class _Driver:
+    def __init__(self, worker, plan: LoadPlan, deadline: float):
+        self.worker, self.plan, self.deadline = worker, plan, deadline
+        self.fd_in, self.fd_out = worker.process.from_worker, worker.process.to_worker
+        self.loader_id = None
+        self.held = []  # (when, order, reply) of loads answered later
+        self.order = itertools.count()
+        self.loads, self.received, self.most_ahead = 0, [], 0
+
+    def send(self, *message) -> None:
+        protocol.write_frame(self.fd_out, protocol.encode_for_worker(message))
+
+    def _release_due(self) -> None:
+        while self.held and self.held[0][0] <= time.monotonic():
+            _, _, reply = heapq.heappop(self.held)
+            self.send(*reply)
+
+    def _on_callback(self, message) -> None:
+        _, callback_id, args, _ = message
+        if callback_id != self.loader_id or not isinstance(args, (list, tuple)) or len(args) != 1:
+            self.send("cb_raise", "TypeError", "loader_fn takes one item")
+            return
+        self.loads += 1
+        self.most_ahead = max(self.most_ahead, self.loads - len(self.received))
+        try:
+            reply = ("cb_return", self.plan.loaded(args[0]))
+        except (ValueError, KeyError) as error:
+            reply = ("cb_raise", type(error).__name__, str(error))
+        heapq.heappush(self.held, (time.monotonic() + self.plan.load_seconds, next(self.order), reply))
+
+    def pump(self, until: float | None = None):
+        """Answer loads until ``until`` (monotonic time) when given, else until the worker's reply to a request."""
+        from .harness import WorkerTimeout, _rebuild
+
+        while True:
+            self._release_due()
+            now = time.monotonic()
+            if until is not None and now >= until:
+                return None
+            if self.worker.clock.now() > self.deadline:
+                raise WorkerTimeout()
+            wake = min([until or now + 0.05, now + 0.05] + [when for when, _, _ in self.held[:1]])
+            ready, _, _ = select.select([self.fd_in], [], [], max(0.0, wake - now))
+            if not ready:
+                continue
+            message = protocol.decode_from_worker(protocol.read_frame(self.fd_in, self.worker.clock.now() + 10, self.worker.clock.now))
+            if message[0] == "callback":
+                self._on_callback(message)
+            elif until is None:
+                return message[0], _rebuild(message[1]) if len(message) > 1 else None, message
+            else:
+                raise ValueError(f"the worker sent {message[0]!r} unasked")
+
+    def run(self, name: str) -> LoadRun:
+        def loader_fn(item):  # stands for the loader in the worker; _on_callback answers it
+            raise AssertionError("answered by the driver")
+
+        callback = self.worker.marshal(loader_fn)
+        self.loader_id = callback.callback_id
+        roots = self.worker.pids()
+        threads_before = threads_in_trees(roots)
+        self.send("iterate", name, [callback, self.plan.items, self.plan.depth], {})
+        kind, _, message = self.pump()
+        if kind == "raise":
+            return LoadRun([], 0.0, self.loads, self.most_ahead, f"{message[1]}: {protocol_text(message[2])}")
+        start, error = time.monotonic(), None
+        while self.plan.stop_after is None or len(self.received) < self.plan.stop_after:
+            self.send("next")
+            kind, value, message = self.pump()
+            if kind == "stop":
+                break
+            if kind == "raise":
+                error = f"{message[1]}: {protocol_text(message[2])}"
+                break
+            self.received.append(value)
+            self.pump(until=time.monotonic() + self.plan.compute_seconds)
+        seconds = time.monotonic() - start
+        self.send("close")
+        self.pump()
+        return LoadRun(self.received, seconds, self.loads, self.most_ahead, error, self._threads_left(roots, threads_before))
+
+    def _threads_left(self, roots, before: int, wait_seconds: float = 1.0) -> int:
+        end = time.monotonic() + wait_seconds
+        while threads_in_trees(roots) > before and time.monotonic() < end:
+            self.pump(until=time.monotonic() + 0.02)  # a thread that still loads gets its answer and can end
+        return max(0, threads_in_trees(roots) - before)
+
+
+def protocol_text(text: str) -> str:
+    return str(text).strip().splitlines()[-1][:300] if str(text).strip() else ""
+
+
+def drive(worker, name: str, plan: LoadPlan, deadline: float) -> LoadRun:
+    """Drive the student's ``name(loader_fn, items, depth)`` in ``worker`` through ``plan`` (see the module's doc)."""
+    worker.ensure_started()
+    return _Driver(worker, plan, deadline).run(name)
