@@ -87,7 +87,7 @@ class _Driver:
         self.send("iterate", name, [callback, self.plan.items, self.plan.depth], {})
         kind, _, message = self.pump()
         if kind == "raise":
-            return LoadRun([], 0.0, self.loads, self.most_ahead, f"{message[1]}: {protocol_text(message[2])}")
+            return LoadRun([], 0.0, self.loads, self.most_ahead, protocol_text(message[2]))
         start, error = time.monotonic(), None
         while self.plan.stop_after is None or len(self.received) < self.plan.stop_after:
             self.send("next")
@@ -95,7 +95,7 @@ class _Driver:
             if kind == "stop":
                 break
             if kind == "raise":
-                error = f"{message[1]}: {protocol_text(message[2])}"
+                error = protocol_text(message[2])  # "Type: message", as the worker describes a student's error
                 break
             self.received.append(value)
             self.pump(until=time.monotonic() + self.plan.compute_seconds)

@@ -44,11 +44,12 @@ def run_check(notebook_path: Path) -> int:
 
 
 def report(result: harness.SubmissionResult) -> str:
-    lines = [f"{'question':<24} {'points':>6}  result"]
-    lines += [_row(item) for item in result.items]
+    width = max([24] + [len(item.grade_id) for item in result.items])  # the columns line up whatever the ids
+    lines = [f"{'question':<{width}} {'points':>6}  result"]
+    lines += [_row(item, width) for item in result.items]
     waiting = sum(item.points for item in result.items if item.outcome == Outcome.NEEDS_GPU)
     gradable = sum(item.points for item in result.items if item.outcome != Outcome.NEEDS_GPU)
-    total = f"{'total (visible tests)':<24} {result.score:g}/{gradable:g}"
+    total = f"{'total (visible tests)':<{width}} {result.score:g}/{gradable:g}"
     if waiting:
         lines.append(f"{total}  on this machine ({result.device}); {waiting:g} more {_points(waiting)} "
                      "will be graded on a GPU (not counted here)")
@@ -73,14 +74,14 @@ def kernel_table(kernels: list[dict]) -> list[str]:
     return lines
 
 
-def _row(item: harness.ItemResult) -> str:
+def _row(item: harness.ItemResult, width: int) -> str:
     if item.outcome == Outcome.NEEDS_GPU:
         # Not a lost point: this machine cannot run the item, so it is left out of the score here.
-        return (f"{item.grade_id:<24} {'-':>6}  not counted on this machine: it needs a GPU "
+        return (f"{item.grade_id:<{width}} {'-':>6}  not counted on this machine: it needs a GPU "
                 f"and will be graded on one ({item.points:g} {_points(item.points)})")
     label = item.outcome.label
     detail = (item.message or _speed_line(item.output) or "").removeprefix(f"{label}: ")
-    return f"{item.grade_id:<24} {f'{item.score:g}/{item.points:g}':>6}  {label}{': ' + detail if detail else ''}"
+    return f"{item.grade_id:<{width}} {f'{item.score:g}/{item.points:g}':>6}  {label}{': ' + detail if detail else ''}"
 
 
 def _points(points: float) -> str:
