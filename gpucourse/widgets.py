@@ -178,29 +178,13 @@ MB = 10**6  # decimal, like the link bandwidths in gpu_specs
 def pipeline_schedule(n_chunks: int, *, gpu: str = "T4", copy_engines: int = 2, order: str = "breadth", pinned: bool = True,
                       megabytes: float = 16.0, kernel_ms: float = 1.0):
     """The chunked copy-in → kernel → copy-out pipeline the stream-timeline widget shows, as a model
-    :class:`~gpucourse.sim.streams.Schedule`: ``n_chunks`` chunks of ``megabytes`` each way over ``gpu``'s
-    host link, a kernel of ``kernel_ms`` per chunk, one stream per chunk, issued ``order``-first.
-
-    Pinned chunks are :func:`gpucourse.sim.streams.pipeline` itself; pageable ones are the same calls
-    with ``pinned=False`` copies, which the model stages at half the link's rate and which block the host.
-    """
+    :class:`~gpucourse.sim.streams.Schedule` (:func:`gpucourse.sim.streams.pipeline`): ``n_chunks`` chunks of
+    ``megabytes`` each way over ``gpu``'s host link, a kernel of ``kernel_ms`` per chunk, one stream per chunk."""
     from .sim import streams
 
-    link = streams.Schedule(copy_engines=copy_engines, link_bandwidth=gpu_specs.gpu(gpu).host_link_bandwidth)
-    nbytes = round(megabytes * MB)
-    if pinned:
-        copy_seconds = link.copy_seconds(nbytes)
-        return streams.pipeline(n_chunks, copy_seconds, kernel_ms * 1e-3, copy_seconds, copy_engines=copy_engines, order=order)
-    steps = [lambda i: link.h2d(f"in{i}", f"s{i}", nbytes=nbytes, pinned=False, buffer=f"x{i}"),
-             lambda i: link.kernel(f"k{i}", f"s{i}", seconds=kernel_ms * 1e-3, reads=[f"x{i}"], writes=[f"y{i}"]),
-             lambda i: link.d2h(f"out{i}", f"s{i}", nbytes=nbytes, pinned=False, buffer=f"y{i}", into=f"h{i}")]
-    if order not in ("breadth", "depth"):
-        raise ValueError(f"order is 'breadth' or 'depth', got {order!r}")
-    calls = [(step, i) for step in steps for i in range(n_chunks)] if order == "breadth" else \
-        [(step, i) for i in range(n_chunks) for step in steps]
-    for step, i in calls:
-        step(i)
-    return link
+    copy_seconds = streams.Schedule(link_bandwidth=gpu_specs.gpu(gpu).host_link_bandwidth).copy_seconds(round(megabytes * MB))
+    return streams.pipeline(n_chunks, copy_seconds, kernel_ms * 1e-3, copy_seconds, copy_engines=copy_engines, order=order,
+                            pinned=pinned)
 
 
 def stream_timeline_report(n_chunks: int, copy_engines: int, order: str, memory: str, gpu: str, megabytes: float,

@@ -142,3 +142,11 @@ def test_bad_operations_are_refused():
 
 def test_every_card_has_a_copy_engine_per_direction():
     assert all(spec.copy_engines >= 2 for spec in gpu_specs.GPUS.values())
+
+
+def test_a_pageable_pipeline_stages_each_copy_and_holds_the_host():
+    """2 chunks, 1 s copies when pinned: pageable, each copy takes 2 s and the host waits for it, so the
+    kernels are issued only at 4 s and the second copy out only once the first is back (7 s)."""
+    timeline = streams.pipeline(2, 1, 1, 1, pinned=False).simulate()
+    assert spans(timeline, "in0", "in1", "k0", "k1", "out0", "out1") == [(0, 2), (2, 4), (4, 5), (5, 6), (5, 7), (7, 9)]
+    assert timeline.makespan == 9

@@ -276,26 +276,27 @@ class _Run:
 
 
 def pipeline(n_chunks: int, h2d: float, compute: float, d2h: float, *, copy_engines: int = 2,
-             order: str = "breadth") -> Schedule:
-    """Chunk i copied in (``h2d`` seconds), computed and copied out on stream i, issued ``order``-first:
+             order: str = "breadth", pinned: bool = True) -> Schedule:
+    """Chunk i copied in (``h2d`` seconds from pinned memory), computed and copied out on stream i, issued ``order``-first:
 
     * ``"breadth"``: all copies in, then all kernels, then all copies out;
     * ``"depth"``: chunk 0's three steps, then chunk 1's, …
 
+    With ``pinned=False`` the host memory is pageable: each copy is staged (it takes
+    1 / ``PAGEABLE_BANDWIDTH_FRACTION`` times as long) and blocks the host until it is done.
     Simulated operation by operation (three per chunk): a lecture's few chunks, not a formula.
     """
     schedule = Schedule(copy_engines=copy_engines)
-    steps = [("h2d", lambda i: schedule.h2d(f"in{i}", f"s{i}", seconds=h2d, buffer=f"x{i}")),
-             ("kernel", lambda i: schedule.kernel(f"k{i}", f"s{i}", seconds=compute, reads=[f"x{i}"], writes=[f"y{i}"])),
-             ("d2h", lambda i: schedule.d2h(f"out{i}", f"s{i}", seconds=d2h, buffer=f"y{i}", into=f"h{i}"))]
+    stretch = 1.0 if pinned else 1.0 / PAGEABLE_BANDWIDTH_FRACTION
+    steps = [lambda i: schedule.h2d(f"in{i}", f"s{i}", seconds=h2d * stretch, pinned=pinned, buffer=f"x{i}"),
+             lambda i: schedule.kernel(f"k{i}", f"s{i}", seconds=compute, reads=[f"x{i}"], writes=[f"y{i}"]),
+             lambda i: schedule.d2h(f"out{i}", f"s{i}", seconds=d2h * stretch, pinned=pinned, buffer=f"y{i}", into=f"h{i}")]
     if order == "breadth":
-        for _, issue in steps:
-            for i in range(n_chunks):
-                issue(i)
+        calls = [(issue, i) for issue in steps for i in range(n_chunks)]
     elif order == "depth":
-        for i in range(n_chunks):
-            for _, issue in steps:
-                issue(i)
+        calls = [(issue, i) for i in range(n_chunks) for issue in steps]
     else:
         raise ValueError(f"order is 'breadth' or 'depth', got {order!r}")
+    for issue, i in calls:
+        issue(i)
     return schedule
