@@ -80,7 +80,7 @@ TIMED_SIZES = {
     "test_launch_speed": ("N = 1 << 20",),
     "test_transpose_speed": ("torch.randn(4096, 4096",),
     "test_uniform_speed": ("torch.randn(1 << 24",),
-    "test_overlap_speed": ("[torch.randn(1 << 22) for _ in range(8)]",),
+    "test_overlap_speed": ("[torch.randn(1 << 22).pin_memory() for _ in range(8)]",),
 }
 MODEL_SIZES = {
     "test_pairwise_speed": dict(n=200, m=150, d=4),
