@@ -23,12 +23,57 @@ import tempfile
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--serve"]:
+        serve(json.loads(sys.argv[2]))
+        return
     request = json.loads(sys.stdin.read())
     answer_stream = sys.stdout
     sys.stdout = sys.stderr  # whatever numba prints must not corrupt the answer
     answer = answer_request(request)
     answer_stream.write(json.dumps(answer))
     answer_stream.flush()
+
+
+def serve(sys_path: list[str]) -> None:
+    """Answer one JSON request per line of stdin, one JSON answer per line of stdout, until stdin closes.
+
+    numba is imported once, here, from ``sys_path`` (the caller's: its requests bring the same). Each
+    request is compiled in a child forked from this process, so what one kernel's compilation changes
+    in numba (the patched device, the loaded module) is gone with its child, exactly as with a
+    process of its own, and a crash costs one answer.
+    """
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+    sys.path[:] = sys_path or sys.path
+    try:
+        import numba.cuda  # noqa: F401 - the import the children share
+    except ImportError:
+        pass  # each request answers "missing" on its own
+    answers = sys.stdout
+    sys.stdout = sys.stderr
+    for line in sys.stdin:
+        answers.write(json.dumps(_answer_in_child(json.loads(line))) + "\n")
+        answers.flush()
+
+
+def _answer_in_child(request: dict) -> dict:
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer, write, and leave without running the parent's clean-up
+        os.close(read_end)
+        try:
+            data = json.dumps(answer_request(request)).encode()
+        except BaseException as error:  # noqa: BLE001 - reported as the crash it is
+            data = json.dumps({"status": "crash", "message": f"{type(error).__name__}: {error}"}).encode()
+        with os.fdopen(write_end, "wb") as out:
+            out.write(data)
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as answer:
+        data = answer.read()
+    _, status = os.waitpid(pid, 0)
+    if not data:
+        return {"status": "crash", "message": f"the compiler child died (wait status {status})"}
+    return json.loads(data)
 
 
 def answer_request(request: dict) -> dict:

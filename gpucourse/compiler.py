@@ -13,14 +13,18 @@ Nothing here imports numba, NVVM or ptxas until a kernel is compiled.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
 import os
 import re
+import select
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +42,7 @@ _answers: dict[str, dict] = {}  # the child's answers, by hash of (source text, 
 # A folder where answers are also kept across processes. Off by default: the test suite sets it for
 # one run, so each kernel is compiled once per run, not once per grading process.
 CACHE_ENV = "GPUCOURSE_COMPILE_CACHE"
+SERVER_ENV = "GPUCOURSE_COMPILE_SERVER"  # "0": one compiler process per kernel instead of a server per process
 
 
 class CompilerMissing(RuntimeError):
@@ -192,20 +197,88 @@ def _keep_answer(key: str, answer: dict) -> None:
 
 
 def run_compiler(request: dict, timeout: float = COMPILE_TIMEOUT_S) -> dict:
-    """Run the compiler child on ``request`` (see :mod:`gpucourse._compile_worker`) and return its answer."""
-    environment = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}  # the caller may run the simulator
+    """Run the compiler child on ``request`` (see :mod:`gpucourse._compile_worker`) and return its answer.
+
+    On Linux and macOS a compiler server kept for this process answers (numba imported once, a child
+    forked per kernel); ``GPUCOURSE_COMPILE_SERVER=0`` or another system starts one process per kernel.
+    """
+    if os.environ.get(SERVER_ENV, "1") != "0" and hasattr(os, "fork"):
+        answer = _server(request.get("sys_path") or []).ask(request, timeout)
+    else:
+        answer = _run_once(request, timeout)
+    if answer.get("status") == "crash":
+        raise RuntimeError(f"the kernel compiler crashed: {answer['message']}")
+    return answer
+
+
+def _environment() -> dict:
+    return {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}  # the caller may run the simulator
+
+
+def _timed_out(request: dict, timeout: float) -> TimeoutError:
+    return TimeoutError(f"compiling {request['kernel']} took more than {timeout:.0f} s; "
+                        "the machine may be busy: try again, or pass a larger timeout")
+
+
+def _run_once(request: dict, timeout: float) -> dict:
     command = [sys.executable, "-I", str(_WORKER)]  # -I: not gpucourse/ on sys.path; the request brings the path
     try:
         run = subprocess.run(command, input=json.dumps(request), capture_output=True, text=True,
-                             timeout=timeout, env=environment)
+                             timeout=timeout, env=_environment())
     except subprocess.TimeoutExpired:
-        raise TimeoutError(f"compiling {request['kernel']} took more than {timeout:.0f} s; "
-                           "the machine may be busy: try again, or pass a larger timeout") from None
+        raise _timed_out(request, timeout) from None
     try:
         return json.loads(run.stdout)
     except json.JSONDecodeError:
         detail = "\n".join(run.stderr.strip().splitlines()[-8:])
-        raise RuntimeError(f"the kernel compiler crashed (exit status {run.returncode}):\n{detail}") from None
+        return {"status": "crash", "message": f"exit status {run.returncode}:\n{detail}"}
+
+
+class _CompilerServer:
+    """``_compile_worker.py --serve`` for one process and one search path (numba is imported from it
+    once): requests and answers one JSON line each."""
+
+    def __init__(self, sys_path: list[str]):
+        self.owner = os.getpid()
+        self.lock = threading.Lock()
+        command = [sys.executable, "-I", str(_WORKER), "--serve", json.dumps(sys_path)]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                        env=_environment(), start_new_session=True)  # its compiling child goes with it when stopped
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.process.poll() is None
+
+    def ask(self, request: dict, timeout: float) -> dict:
+        with self.lock:
+            try:
+                self.process.stdin.write((json.dumps(request) + "\n").encode())
+                self.process.stdin.flush()
+                ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+                line = self.process.stdout.readline() if ready else None
+            except OSError as error:
+                line = f'{{"status": "crash", "message": "{type(error).__name__}"}}'.encode()
+            if line is None:
+                self.stop()
+                raise _timed_out(request, timeout)
+            if not line:
+                self.stop()
+                return {"status": "crash", "message": "the compiler server died"}
+            return json.loads(line)
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+
+_servers: dict[tuple, _CompilerServer] = {}  # this process's servers by search path (a forked copy of a parent's is not ours)
+
+
+def _server(sys_path: list[str]) -> _CompilerServer:
+    key = tuple(sys_path)
+    if key not in _servers or not _servers[key].alive():
+        _servers[key] = _CompilerServer(sys_path)
+    return _servers[key]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 
 import inspect
 import math
+import os
 import re
 import subprocess
 import sys
@@ -369,3 +370,47 @@ def test_a_python_without_numba_cuda_is_reported_missing(monkeypatch):
     monkeypatch.setattr(compiler, "run_compiler", lambda request, timeout: answer)
     with pytest.raises(compiler.CompilerMissing, match="numba-cuda"):
         compiler._compile(request, 10)
+
+
+SIMPLE_REQUEST = {"source": "import numba.cuda as cuda\n@cuda.jit\ndef k(x):\n    x[0] = 1\n", "filename": "gpucourse_kernel.py",
+                  "kernel": "k", "signature": {"text": "void(float32[:])"}, "cc": [8, 0], "sys_path": sys.path}
+
+
+@pytest.mark.slow
+def test_the_compiler_server_answers_as_a_process_of_its_own(monkeypatch):
+    """One server per process (numba imported once), a child forked per kernel: the same answer as one process per kernel."""
+    request = {**SIMPLE_REQUEST, "ptxas": compiler.find_ptxas()}
+    served = compiler.run_compiler(request)
+    monkeypatch.setenv(compiler.SERVER_ENV, "0")
+    alone = compiler.run_compiler(request)
+    assert served["status"] == alone["status"] == "ok" and served["ptx"] == alone["ptx"]
+    assert parse_ptxas(served["ptxas"]) == parse_ptxas(alone["ptxas"])  # its report, all but the compile time it prints
+
+
+@pytest.mark.slow
+def test_a_crash_while_compiling_costs_one_answer_and_a_forked_caller_gets_its_own_server():
+    request = {**SIMPLE_REQUEST, "ptxas": compiler.find_ptxas()}
+    server = compiler._server(request["sys_path"])
+    with pytest.raises(RuntimeError, match="the kernel compiler crashed"):
+        compiler.run_compiler({**request, "source": "import os\nos._exit(3)\n"})
+    assert compiler._server(request["sys_path"]) is server and compiler.run_compiler(request)["status"] == "ok"
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a forked caller (a grading pool process): never writes to its parent's server
+        theirs = compiler._server(request["sys_path"])
+        os.write(write_end, f"{theirs.process.pid} {compiler.run_compiler(request)['status']}".encode())
+        os._exit(0)
+    os.close(write_end)
+    reply = os.read(read_end, 100).decode().split()
+    os.waitpid(pid, 0)
+    assert reply[1] == "ok" and int(reply[0]) != server.process.pid
+
+
+@pytest.mark.slow
+def test_a_compile_past_its_time_stops_the_server_and_the_next_one_starts_afresh():
+    request = {**SIMPLE_REQUEST, "ptxas": compiler.find_ptxas(), "source": "import time\ntime.sleep(30)\n"}
+    server = compiler._server(request["sys_path"])
+    with pytest.raises(TimeoutError, match="took more than"):
+        compiler.run_compiler(request, timeout=1)
+    assert server.process.poll() is not None
+    assert compiler.run_compiler({**SIMPLE_REQUEST, "ptxas": compiler.find_ptxas()})["status"] == "ok"
