@@ -68,7 +68,8 @@ def _task_states(pid: int) -> Iterable[tuple[int, str]]:
     return states
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
+    """The children of every thread of process ``pid`` (a child started from another thread counts too)."""
     found = []
     for tid, _ in _task_states(pid):
         try:
@@ -87,7 +88,7 @@ def _tasks_in_trees(roots: Iterable[int]) -> Iterable[str]:
             continue
         seen.add(pid)
         yield from (state for _, state in _task_states(pid))
-        pending += _children(pid)
+        pending += children(pid)
 
 
 def runnable_in_trees(roots: Iterable[int]) -> int:

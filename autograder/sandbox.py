@@ -28,6 +28,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .clock import children
+
 # Each grading process runs its workers under a user id of their own, without a name: the
 # per-user process limit then caps one student's fork bomb without starving the others.
 FIRST_SANDBOX_UID = 200_000
@@ -64,7 +66,7 @@ class WorkerProcess:
         kernel kills every process in the namespace (a fork bomb's too); the process group
         catches the rest, and the reduced mode's children.
         """
-        for pid in _children(self.process.pid):
+        for pid in children(self.process.pid):
             _signal(pid, signal.SIGKILL)
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
@@ -90,22 +92,6 @@ class WorkerProcess:
             signal_number = -code if code < 0 else code - 128
             return f"killed by signal {signal_number}" + (" (out of memory?)" if signal_number == 9 else "")
         return f"exited with status {code}"
-
-
-def _children(pid: int) -> list[int]:
-    """The children of every thread of process ``pid`` (a child started from another thread counts too)."""
-    found = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as handle:
-                found += [int(child) for child in handle.read().split()]
-        except OSError:
-            continue
-    return found
 
 
 def _signal(pid: int, signal_number: int) -> None:

@@ -35,7 +35,7 @@ import torch
 import adversarial as adv
 import course_helpers
 from autograder import sandbox
-from autograder.clock import FairClock
+from autograder.clock import FairClock, children
 from autograder.grading import StudentReport, grade_assignment
 from autograder.nbgrader_cli import scripts_on_path
 
@@ -540,13 +540,13 @@ def _pool_processes(working: bool = False) -> list[int]:
     multiprocessing fork server (the pool forks them there, see ``grading._pool_context``); with
     ``working``, only those that have started a process of their own (a student is being graded)."""
     candidates = []
-    for pid in sandbox._children(os.getpid()):
+    for pid in children(os.getpid()):
         cmdline = _cmdline(pid)
         if b"spawn_main" in cmdline:
             candidates.append(pid)
         elif b"multiprocessing.forkserver" in cmdline:
-            candidates += sandbox._children(pid)
-    return [pid for pid in candidates if not working or sandbox._children(pid)]
+            candidates += children(pid)
+    return [pid for pid in candidates if not working or children(pid)]
 
 
 def _kill_pool_processes() -> list[int]:
