@@ -176,28 +176,30 @@ MB = 10**6  # decimal, like the link bandwidths in gpu_specs
 
 
 def pipeline_schedule(n_chunks: int, *, gpu: str = "T4", copy_engines: int = 2, order: str = "breadth", pinned: bool = True,
-                      megabytes: float = 16.0, kernel_ms: float = 1.0):
+                      megabytes: float = 16.0, kernel_ms: float = 1.0, n_streams: int | None = None):
     """The chunked copy-in → kernel → copy-out pipeline the stream-timeline widget shows, as a model
     :class:`~gpucourse.sim.streams.Schedule` (:func:`gpucourse.sim.streams.pipeline`): ``n_chunks`` chunks of
-    ``megabytes`` each way over ``gpu``'s host link, a kernel of ``kernel_ms`` per chunk, one stream per chunk."""
+    ``megabytes`` each way over ``gpu``'s host link, a kernel of ``kernel_ms`` per chunk, chunk i on stream
+    i % ``n_streams`` (one stream per chunk when None)."""
     from .sim import streams
 
     copy_seconds = streams.Schedule(link_bandwidth=gpu_specs.gpu(gpu).host_link_bandwidth).copy_seconds(round(megabytes * MB))
     return streams.pipeline(n_chunks, copy_seconds, kernel_ms * 1e-3, copy_seconds, copy_engines=copy_engines, order=order,
-                            pinned=pinned)
+                            pinned=pinned, streams=n_streams)
 
 
 def stream_timeline_report(n_chunks: int, copy_engines: int, order: str, memory: str, gpu: str, megabytes: float,
-                           kernel_ms: float) -> tuple[str, object]:
+                           kernel_ms: float, n_streams: int = 16) -> tuple[str, object]:
     """The stream-timeline widget's text and the timeline it draws (all modelled for ``gpu``)."""
     options = {"gpu": gpu, "copy_engines": copy_engines, "order": order, "pinned": memory == "pinned"}
-    timeline = pipeline_schedule(n_chunks, megabytes=megabytes, kernel_ms=kernel_ms, **options).simulate()
+    lanes = min(n_streams, n_chunks)
+    timeline = pipeline_schedule(n_chunks, megabytes=megabytes, kernel_ms=kernel_ms, n_streams=lanes, **options).simulate()
     # The same work in one piece: every byte copied in, then one kernel over all of it, then copied back.
     serial = pipeline_schedule(1, megabytes=megabytes * n_chunks, kernel_ms=kernel_ms * n_chunks, **options).simulate()
     busiest = max(timeline.engine_busy, key=timeline.engine_busy.get)
     spec = gpu_specs.gpu(gpu)
     races = "none" if not timeline.races else "; ".join(str(race) for race in timeline.races)
-    return (f"{_counted(n_chunks, 'chunk')} of {megabytes:g} MB, {memory} host memory, {order}-first issue, "
+    return (f"{_counted(n_chunks, 'chunk')} of {megabytes:g} MB on {_counted(lanes, 'stream')}, {memory} host memory, {order}-first issue, "
             f"{_counted(copy_engines, 'copy engine')}, {gpu} ({spec.host_link}, {spec.host_link_bandwidth / 1e9:g} GB/s)\n"
             f"  makespan             {timeline.makespan * 1e3:8.3f} ms\n"
             f"  ideal bound          {timeline.ideal_seconds * 1e3:8.3f} ms (the busiest engine: {busiest})\n"
@@ -207,14 +209,16 @@ def stream_timeline_report(n_chunks: int, copy_engines: int, order: str, memory:
 
 
 def stream_timeline(n_chunks: int = 4, copy_engines: int = 2, order: str = "breadth", memory: str = "pinned", gpu: str = "T4",
-                    megabytes: float = 16.0, kernel_ms: float = 1.0):
-    """Chunk a copy-in → kernel → copy-out job over streams: pick the chunk count, the copy engines,
+                    megabytes: float = 16.0, kernel_ms: float = 1.0, n_streams: int = 16):
+    """Chunk a copy-in → kernel → copy-out job over streams: pick the chunk count, the streams (chunk i
+    on stream i % streams; as many as chunks at most), the copy engines,
     the issue order, pinned or pageable memory, the GPU, the chunk size and the kernel time; see the
     modelled timeline, its makespan, the ideal bound and the speedup over doing it in one piece."""
     import ipywidgets as widgets
 
     controls = {
         "n_chunks": widgets.IntSlider(value=n_chunks, min=1, max=16, description="chunks"),
+        "n_streams": widgets.IntSlider(value=n_streams, min=1, max=16, description="streams"),
         "copy_engines": widgets.Dropdown(options=[1, 2], value=copy_engines, description="copy engines"),
         "order": widgets.Dropdown(options=["breadth", "depth"], value=order, description="issue order"),
         "memory": widgets.Dropdown(options=["pinned", "pageable"], value=memory, description="host memory"),
@@ -228,7 +232,7 @@ def stream_timeline(n_chunks: int = 4, copy_engines: int = 2, order: str = "brea
         plots.timeline(ax, timeline, label=f"modelled for {values['gpu']}")
         return text
 
-    return _explorer(controls, draw, [("n_chunks", "copy_engines", "order"), ("memory", "gpu"), ("megabytes", "kernel_ms")])
+    return _explorer(controls, draw, [("n_chunks", "n_streams", "copy_engines"), ("order", "memory", "gpu"), ("megabytes", "kernel_ms")])
 
 
 def _png(fig):

@@ -150,3 +150,16 @@ def test_a_pageable_pipeline_stages_each_copy_and_holds_the_host():
     timeline = streams.pipeline(2, 1, 1, 1, pinned=False).simulate()
     assert spans(timeline, "in0", "in1", "k0", "k1", "out0", "out1") == [(0, 2), (2, 4), (4, 5), (5, 6), (5, 7), (7, 9)]
     assert timeline.makespan == 9
+
+
+def test_chunks_sharing_streams_wait_for_each_other_in_issue_order():
+    """4 chunks, 1 s a step. On 2 streams, breadth-first issue puts in2 before k0 on stream 0: k0 waits for it
+    (a false dependency), and the pipeline takes 10 s, not 6. Depth-first on 2 streams takes 7; 1 stream, 12."""
+    shared = streams.pipeline(4, 1, 1, 1, streams=2).simulate()
+    assert [interval.stream for interval in shared.intervals[:4]] == ["s0", "s1", "s0", "s1"]
+    assert spans(shared, "k0", "k1", "out3") == [(3, 4), (4, 5), (9, 10)] and shared.makespan == 10
+    assert streams.pipeline(4, 1, 1, 1).simulate().makespan == 6  # a stream per chunk
+    assert streams.pipeline(4, 1, 1, 1, streams=2, order="depth").simulate().makespan == 7
+    assert streams.pipeline(4, 1, 1, 1, streams=1).simulate().makespan == 12  # one stream: nothing overlaps
+    with pytest.raises(ValueError, match="at least one stream"):
+        streams.pipeline(2, 1, 1, 1, streams=0)

@@ -140,12 +140,17 @@ def test_stream_timeline_shows_the_models_makespan_bound_and_speedup():
     the copies in set the pace, in3 ends at 4.0635 ms, k3 at 5.0635, out3 at 6.0794; in one piece, 4.0635 + 4 + 4.0635 ms."""
     box = widgets.stream_timeline()
     text = _printed(box)
-    assert text.startswith("4 chunks of 16 MB, pinned host memory, breadth-first issue, 2 copy engines, T4 (PCIe 3.0 x16, 15.75 GB/s)")
+    assert text.startswith("4 chunks of 16 MB on 4 streams, pinned host memory, breadth-first issue, 2 copy engines, T4 (PCIe 3.0 x16, 15.75 GB/s)")
     assert (_number_after(text, "makespan"), _number_after(text, "ideal bound"), _number_after(text, "serialised")) == ("6.079", "4.063", "12.127")
     assert "speedup 1.99×" in text and "races: none" in text and "modelled for T4" in text
     controls = _controls(box)
     controls["chunks"].value = 1  # in, kernel, out one after the other: nothing to overlap
     assert _number_after(_printed(box), "makespan") == "3.032" and "speedup 1.00×" in _printed(box)
+    controls["chunks"].value = 4
+    controls["streams"].value = 1  # one stream runs its operations in order: as slow as the job in one piece
+    assert _number_after(_printed(box), "makespan") == "12.127" and "on 1 stream," in _printed(box) and "speedup 1.00×" in _printed(box)
+    controls["streams"].value = 2  # breadth-first on shared streams: k0 waits for in2, issued before it on stream 0
+    assert _number_after(_printed(box), "makespan") == "10.127"
 
 
 def test_stream_timeline_shows_the_issue_order_trap_and_pageable_memory():

@@ -276,8 +276,9 @@ class _Run:
 
 
 def pipeline(n_chunks: int, h2d: float, compute: float, d2h: float, *, copy_engines: int = 2,
-             order: str = "breadth", pinned: bool = True) -> Schedule:
-    """Chunk i copied in (``h2d`` seconds from pinned memory), computed and copied out on stream i, issued ``order``-first:
+             order: str = "breadth", pinned: bool = True, streams: int | None = None) -> Schedule:
+    """Chunk i copied in (``h2d`` seconds from pinned memory), computed and copied out on stream
+    i % ``streams`` (one stream per chunk when None), issued ``order``-first:
 
     * ``"breadth"``: all copies in, then all kernels, then all copies out;
     * ``"depth"``: chunk 0's three steps, then chunk 1's, …
@@ -286,11 +287,17 @@ def pipeline(n_chunks: int, h2d: float, compute: float, d2h: float, *, copy_engi
     1 / ``PAGEABLE_BANDWIDTH_FRACTION`` times as long) and blocks the host until it is done.
     Simulated operation by operation (three per chunk): a lecture's few chunks, not a formula.
     """
+    if streams is not None and streams < 1:
+        raise ValueError(f"a pipeline needs at least one stream, got streams={streams}")
     schedule = Schedule(copy_engines=copy_engines)
     stretch = 1.0 if pinned else 1.0 / PAGEABLE_BANDWIDTH_FRACTION
-    steps = [lambda i: schedule.h2d(f"in{i}", f"s{i}", seconds=h2d * stretch, pinned=pinned, buffer=f"x{i}"),
-             lambda i: schedule.kernel(f"k{i}", f"s{i}", seconds=compute, reads=[f"x{i}"], writes=[f"y{i}"]),
-             lambda i: schedule.d2h(f"out{i}", f"s{i}", seconds=d2h * stretch, pinned=pinned, buffer=f"y{i}", into=f"h{i}")]
+
+    def lane(i: int) -> str:
+        return f"s{i if streams is None else i % streams}"
+
+    steps = [lambda i: schedule.h2d(f"in{i}", lane(i), seconds=h2d * stretch, pinned=pinned, buffer=f"x{i}"),
+             lambda i: schedule.kernel(f"k{i}", lane(i), seconds=compute, reads=[f"x{i}"], writes=[f"y{i}"]),
+             lambda i: schedule.d2h(f"out{i}", lane(i), seconds=d2h * stretch, pinned=pinned, buffer=f"y{i}", into=f"h{i}")]
     if order == "breadth":
         calls = [(issue, i) for issue in steps for i in range(n_chunks)]
     elif order == "depth":
