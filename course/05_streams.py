@@ -447,9 +447,9 @@ if gpucourse.gpu_or_explain("chunk_by_chunk on real CUDA streams, 1, 2, 4 and 8 
 #
 # ## 7. Try it: the stream timeline
 #
-# Pick the chunk count, one or two copy engines, the issue order, pinned or pageable host memory, the GPU, the size of a chunk and the kernel time per chunk.
+# Pick the chunk count, the streams (chunk i goes on stream i % streams), one or two copy engines, the issue order, pinned or pageable host memory, the GPU, the size of a chunk and the kernel time per chunk.
 # The widget draws the modelled timeline and prints the makespan, the ideal bound and the speedup over doing the whole job in one piece.
-# Try: one copy engine with depth-first issue, then breadth-first; pageable memory (every copy blocks the host, so nothing is issued while a copy runs); a kernel much shorter than a copy; an H100's PCIe 5.0 link against a T4's PCIe 3.0.
+# Try: one copy engine with depth-first issue, then breadth-first; 8 chunks on 2 streams, breadth-first (a stream runs in issue order, so chunk 0's kernel waits for chunk 2's copy in, issued before it on the same stream), then depth-first; pageable memory (every copy blocks the host, so nothing is issued while a copy runs); a kernel much shorter than a copy; an H100's PCIe 5.0 link against a T4's PCIe 3.0.
 # (Without a live Jupyter kernel the controls do nothing; the figure after it shows pageable against pinned memory statically.)
 
 # %%
