@@ -306,16 +306,16 @@ class StudentFunction:
         self.__name__ = name
 
     def __call__(self, *args, **kwargs):
-        self.worker.ensure_started()
-        message = ("call", self.name, self.worker.marshal(args), self.worker.marshal(kwargs))
-        reply = self.worker.request(message, self.item_deadline())
-        return _result(self.name, reply)
+        return self._call("call", args, kwargs)
 
     def call_with_streams(self, dispatch, *args):
         """Call the function with its ``gpucourse.streams`` calls sent to ``dispatch``, here (the
         trusted side of :class:`gpucourse.streams.RemoteBackend`): the test records the timeline itself."""
+        return self._call("call_streams", args, {}, self.worker.marshal(dispatch))
+
+    def _call(self, kind: str, args, kwargs, *extra):
         self.worker.ensure_started()
-        message = ("call_streams", self.name, self.worker.marshal(args), {}, self.worker.marshal(dispatch))
+        message = (kind, self.name, self.worker.marshal(args), self.worker.marshal(kwargs), *extra)
         return _result(self.name, self.worker.request(message, self.item_deadline()))
 
     def drive_iterator(self, plan):

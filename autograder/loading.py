@@ -21,6 +21,7 @@ from gpucourse.loading import LoadPlan, LoadRun
 
 from . import protocol
 from .clock import threads_in_trees
+from .harness import WorkerTimeout, _first_line, _rebuild
 
 
 class _Driver:
@@ -55,8 +56,6 @@ class _Driver:
 
     def pump(self, until: float | None = None):
         """Answer loads until ``until`` (monotonic time) when given, else until the worker's reply to a request."""
-        from .harness import WorkerTimeout, _rebuild
-
         while True:
             self._release_due()
             now = time.monotonic()
@@ -64,7 +63,7 @@ class _Driver:
                 return None
             if self.worker.clock.now() > self.deadline:
                 raise WorkerTimeout()
-            wake = min([until or now + 0.05, now + 0.05] + [when for when, _, _ in self.held[:1]])
+            wake = min([now + 0.05] + ([until] if until is not None else []) + [when for when, _, _ in self.held[:1]])
             ready, _, _ = select.select([self.fd_in], [], [], max(0.0, wake - now))
             if not ready:
                 continue
@@ -87,7 +86,7 @@ class _Driver:
         self.send("iterate", name, [callback, self.plan.items, self.plan.depth], {})
         kind, _, message = self.pump()
         if kind == "raise":
-            return LoadRun([], 0.0, self.loads, self.most_ahead, protocol_text(message[2]))
+            return LoadRun([], 0.0, self.loads, self.most_ahead, _first_line(message[2]))
         start, error = time.monotonic(), None
         while self.plan.stop_after is None or len(self.received) < self.plan.stop_after:
             self.send("next")
@@ -95,7 +94,7 @@ class _Driver:
             if kind == "stop":
                 break
             if kind == "raise":
-                error = protocol_text(message[2])  # "Type: message", as the worker describes a student's error
+                error = _first_line(message[2])  # "Type: message", as the worker describes a student's error
                 break
             self.received.append(value)
             self.pump(until=time.monotonic() + self.plan.compute_seconds)
@@ -109,10 +108,6 @@ class _Driver:
         while threads_in_trees(roots) > before and time.monotonic() < end:
             self.pump(until=time.monotonic() + 0.02)  # a thread that still loads gets its answer and can end
         return max(0, threads_in_trees(roots) - before)
-
-
-def protocol_text(text: str) -> str:
-    return str(text).strip().splitlines()[-1][:300] if str(text).strip() else ""
 
 
 def drive(worker, name: str, plan: LoadPlan, deadline: float) -> LoadRun:

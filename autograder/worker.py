@@ -186,10 +186,8 @@ class Worker:
         """A call whose ``gpucourse.streams`` calls the harness carries out and records (``dispatch``)."""
         from gpucourse import streams
 
-        self._set_threads(self._threads)
         with streams.using(streams.RemoteBackend(self._bind(dispatch))):
-            result = self.namespace[name](*self._bind(args), **self._bind(kwargs))
-        self.send("return", to_plain(result))
+            self.do_call(name, args, kwargs)
 
     def do_iterate(self, name: str, args, kwargs) -> None:
         """Call a function that returns an iterator (a generator), kept for ``next`` and ``close``."""
@@ -228,7 +226,8 @@ class Worker:
         self.send("return", kernel_source(self.namespace[name]).to_plain())
 
     def do_load_block(self, name: str, calls) -> None:
-        self.block = (self.namespace[name], [_pinned_on_gpu(self._bind(args)) for args in calls])
+        calls = [self._bind(args) for args in calls]
+        self.block = (self.namespace[name], [_pinned(args) for args in calls] if torch.cuda.is_available() else calls)
         self.send("ok")
 
     def do_run_block(self, weights: torch.Tensor) -> None:
@@ -272,15 +271,13 @@ class Worker:
         return call_harness
 
 
-def _pinned_on_gpu(value):
+def _pinned(value):
     """On a GPU grader, the host tensors of a timed call arrive in pinned memory (untimed), as a
     ``DataLoader(pin_memory=True)`` hands them over: copies from them can overlap other work."""
-    if not torch.cuda.is_available():
-        return value
     if type(value) is torch.Tensor and value.device.type == "cpu":
         return value.pin_memory()
     if isinstance(value, (list, tuple)):
-        return type(value)(_pinned_on_gpu(item) for item in value)
+        return type(value)(_pinned(item) for item in value)
     return value
 
 

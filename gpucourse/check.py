@@ -77,6 +77,15 @@ def assert_approx(actual, expected: float, *, rel: float = 1e-9, name: str = "re
         raise AssertionError(f"{name}: expected {expected:.6g}, got {actual:.6g}")
 
 
+def assert_raises(error: type[BaseException], fn, *args, name: str) -> None:
+    """``fn(*args)`` raises ``error``; an error of another type propagates as it is."""
+    try:
+        fn(*args)
+    except error:
+        return
+    raise AssertionError(f"{name}: expected {error.__name__}, got no error")
+
+
 def required_speedup(thresholds: dict[str, float]) -> float:
     """The speedup a speed item needs on this machine's device class (``"cpu"`` or ``"cuda"``)."""
     cls = device_class()

@@ -256,7 +256,8 @@ class _CompilerServer:
                 ready, _, _ = select.select([self.process.stdout], [], [], timeout)
                 line = self.process.stdout.readline() if ready else None
             except OSError as error:
-                line = f'{{"status": "crash", "message": "{type(error).__name__}"}}'.encode()
+                self.stop()
+                return {"status": "crash", "message": f"the compiler server's pipe failed ({error})"}
             if line is None:
                 self.stop()
                 raise _timed_out(request, timeout)

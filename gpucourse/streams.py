@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import gpu_specs
+from . import gpu_specs, thresholds
 from .sim.streams import Schedule, Timeline
 
 __all__ = ["Event", "Handle", "HostBuffer", "Kernel", "ModelRun", "RemoteBackend", "Stream", "cuda_backend", "kernel", "launch", "modelled", "pinned",
@@ -71,8 +71,8 @@ class Kernel:
     def modelled_seconds(self, spec: gpu_specs.GPUSpec, inputs, output) -> float:
         if self.seconds is not None:
             return self.seconds
-        moved = sum(t.numel() * t.element_size() for t in [*inputs, output] if isinstance(t, torch.Tensor))
-        return max(moved / spec.memory_bandwidth, (self.flops or 0) / spec.fp32_flops)
+        moved = sum(t.nbytes for t in [*inputs, output] if isinstance(t, torch.Tensor))
+        return thresholds.kernel_seconds(spec, nbytes=moved, flops=self.flops or 0, launches=0)[0]
 
 
 def kernel(fn, *, seconds: float | None = None, flops: float | None = None) -> Kernel:
@@ -85,8 +85,7 @@ class ModelBackend:
 
     def __init__(self, gpu: str = "T4", *, copy_engines: int | None = None, issue_seconds: float = 0.0):
         self.spec = gpu_specs.gpu(gpu)
-        self.schedule = Schedule(copy_engines=copy_engines or self.spec.copy_engines,
-                                 link_bandwidth=self.spec.host_link_bandwidth, issue_seconds=issue_seconds)
+        self.schedule = Schedule.for_gpu(gpu, copy_engines=copy_engines, issue_seconds=issue_seconds)
         self._names = itertools.count()
         self.default_stream = Stream("default", backend=self)
 
@@ -107,14 +106,14 @@ class ModelBackend:
         if not isinstance(host, HostBuffer):
             host = HostBuffer(_host_tensor(host, "to_device"), False, self._name("host "))
         device = DeviceBuffer(host.tensor.clone(), self._name("dev "))
-        self.schedule.h2d(f"copy {host.name} in", stream.name, nbytes=_nbytes(host.tensor), pinned=host.pinned,
+        self.schedule.h2d(f"{host.name} → {device.name}", stream.name, nbytes=host.tensor.nbytes, pinned=host.pinned,
                           buffer=device.name, source=host.name)
         return device
 
     def launch(self, fn, args, stream: Stream) -> DeviceBuffer:
         work = fn if isinstance(fn, Kernel) else Kernel(fn)
         for arg in args:
-            if isinstance(arg, HostBuffer) or (isinstance(arg, torch.Tensor)):
+            if isinstance(arg, (HostBuffer, torch.Tensor)):
                 raise TypeError("launch takes device buffers (from to_device or an earlier launch), not host tensors")
         inputs = [arg.tensor if isinstance(arg, DeviceBuffer) else arg for arg in args]
         result = work.fn(*inputs)
@@ -130,7 +129,7 @@ class ModelBackend:
         if not isinstance(device, DeviceBuffer):
             raise TypeError(f"to_host copies a device buffer back, got {type(device).__name__}")
         host = HostBuffer(device.tensor.clone(), True, self._name("result "))  # into pinned memory: non-blocking
-        self.schedule.d2h(f"copy {device.name} out", stream.name, nbytes=_nbytes(device.tensor), buffer=device.name, into=host.name)
+        self.schedule.d2h(f"{device.name} → {host.name}", stream.name, nbytes=device.tensor.nbytes, buffer=device.name, into=host.name)
         return host
 
     def record(self, event: Event, stream: Stream) -> None:
@@ -455,7 +454,3 @@ def _host_tensor(value, what: str) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value
     raise TypeError(f"{what} takes a host tensor, got {type(value).__name__}")
-
-
-def _nbytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from . import gpu_specs
 from .sim import sectors_per_request, warp_addresses
 from .sim.memory import SECTOR_BYTES
+from .sim.streams import Schedule, pipeline
 
 # A modelled speedup must clear the item's threshold by this factor on every card, so that a
 # model a little too kind (a cache it ignores, a launch it undercounts) still leaves the threshold reachable.
@@ -127,20 +128,27 @@ def overlap_speed(card: gpu_specs.GPUSpec, chunks: int = 8, elements: int = 1 <<
     (:mod:`gpucourse.sim.streams`); the kernel is one memory-bound pass plus a launch. The copies
     dominate on every card, so the copies in overlap the copies out: close to 2x.
     """
-    from .sim.streams import Schedule, pipeline
-
-    nbytes = elements * FLOAT32_BYTES
-    copy = Schedule.for_gpu(card.name).copy_seconds(nbytes)
-    kernel, _ = kernel_seconds(card, nbytes=2 * nbytes)
+    copy, kernel = map_chunk_seconds(card, elements)
     serial = Schedule.for_gpu(card.name)
     for i in range(chunks):
         serial.h2d(f"in{i}", seconds=copy)
         serial.kernel(f"k{i}", seconds=kernel)
         serial.d2h(f"out{i}", seconds=copy)
         serial.synchronize()
-    overlapped = pipeline(chunks, copy, kernel, copy, copy_engines=card.copy_engines)
     bound = "copies" if copy > kernel else "compute"
-    return SpeedModel("test_overlap_speed", card.name, serial.simulate().makespan, overlapped.simulate().makespan, bound)
+    return SpeedModel("test_overlap_speed", card.name, serial.simulate().makespan, pipelined_map_seconds(card, chunks, elements), bound)
+
+
+def map_chunk_seconds(card: gpu_specs.GPUSpec, elements: int) -> tuple[float, float]:
+    """(each copy, the kernel) of one chunk of ``elements`` float32 mapped elementwise on ``card``, pinned."""
+    nbytes = elements * FLOAT32_BYTES
+    return Schedule.for_gpu(card.name).copy_seconds(nbytes), kernel_seconds(card, nbytes=2 * nbytes)[0]
+
+
+def pipelined_map_seconds(card: gpu_specs.GPUSpec, chunks: int, elements: int) -> float:
+    """The makespan of ``chunks`` such chunks, one stream each, issued breadth-first (the stream model)."""
+    copy, kernel = map_chunk_seconds(card, elements)
+    return pipeline(chunks, copy, kernel, copy, copy_engines=card.copy_engines).simulate().makespan
 
 
 # Each GPU speed item (by grade id) and its model.

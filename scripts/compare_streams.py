@@ -14,7 +14,6 @@ import sys
 import torch
 
 from gpucourse import gpu_specs, streams, thresholds
-from gpucourse.sim.streams import pipeline
 
 TOTAL_ELEMENTS = 1 << 26  # 256 MB of float32, split into k chunks
 
@@ -26,7 +25,8 @@ def measured_ms(chunks: list[torch.Tensor]) -> float:
     lanes = [streams.Stream() for _ in chunks]
     on_device = [streams.to_device(chunk, stream=lane) for chunk, lane in zip(chunks, lanes)]
     computed = [streams.launch(torch.sin, x, stream=lane) for x, lane in zip(on_device, lanes)]
-    [streams.to_host(y, stream=lane) for y, lane in zip(computed, lanes)]
+    for y, lane in zip(computed, lanes):
+        streams.to_host(y, stream=lane)
     for lane in lanes:
         torch.cuda.current_stream().wait_stream(lane.handle)
     end.record()
@@ -35,10 +35,7 @@ def measured_ms(chunks: list[torch.Tensor]) -> float:
 
 
 def modelled_ms(card: gpu_specs.GPUSpec, k: int) -> float:
-    nbytes = TOTAL_ELEMENTS // k * 4
-    copy = nbytes / card.host_link_bandwidth
-    kernel, _ = thresholds.kernel_seconds(card, nbytes=2 * nbytes)
-    return pipeline(k, copy, kernel, copy, copy_engines=card.copy_engines).simulate().makespan * 1e3
+    return thresholds.pipelined_map_seconds(card, k, TOTAL_ELEMENTS // k) * 1e3
 
 
 def main() -> int:

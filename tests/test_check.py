@@ -98,3 +98,11 @@ def test_assert_close_decides_at_the_bound_as_the_exact_float64_comparison(dtype
     with pytest.raises(AssertionError, match=r"3 of 3 values differ"):
         check.assert_close(outside, want.to(dtype), rtol=rtol, atol=atol)
 
+
+
+def test_assert_raises_passes_on_the_error_and_says_when_none_came():
+    check.assert_raises(ValueError, int, "x", name="not a number")
+    with pytest.raises(AssertionError, match="a number: expected ValueError, got no error"):
+        check.assert_raises(ValueError, int, "3", name="a number")
+    with pytest.raises(TypeError):  # another error is the answer's own failure, shown as it is
+        check.assert_raises(ValueError, int, None, name="nothing")

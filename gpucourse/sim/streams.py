@@ -123,9 +123,10 @@ class Schedule:
     ops: list[_Op] = field(default_factory=list)
 
     @classmethod
-    def for_gpu(cls, name: str, **options) -> Schedule:
+    def for_gpu(cls, name: str, *, copy_engines: int | None = None, **options) -> Schedule:
+        """``name``'s link and copy engines (``copy_engines`` overrides the card's: 1 models a single engine)."""
         spec = gpu_specs.gpu(name)
-        return cls(copy_engines=spec.copy_engines, link_bandwidth=spec.host_link_bandwidth, **options)
+        return cls(copy_engines=copy_engines or spec.copy_engines, link_bandwidth=spec.host_link_bandwidth, **options)
 
     def __post_init__(self):
         if self.copy_engines < 1:

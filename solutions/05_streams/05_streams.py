@@ -94,17 +94,9 @@ check.assert_approx(pipeline_makespan(10**9, 1e-3, 2e-3, 5e-4, copy_engines=1), 
                     name="10**9 chunks on one copy engine")  # the kernels set the pace: the copies take 1.5e-3 per chunk
 
 
-def expect_value_error(args, name):
-    try:
-        pipeline_makespan(*args)
-    except ValueError:
-        return
-    raise AssertionError(f"{name}: expected ValueError, got no error")
-
-
-expect_value_error((-1, 1.0, 1.0, 1.0), "a negative chunk count")
-expect_value_error((2, 1.0, -1.0, 1.0), "a negative compute time")
-expect_value_error((2, 1.0, 1.0, 1.0, 0), "no copy engine")
+check.assert_raises(ValueError, pipeline_makespan, -1, 1.0, 1.0, 1.0, name="a negative chunk count")
+check.assert_raises(ValueError, pipeline_makespan, 2, 1.0, -1.0, 1.0, name="a negative compute time")
+check.assert_raises(ValueError, pipeline_makespan, 2, 1.0, 1.0, 1.0, 0, name="no copy engine")
 ### END HIDDEN TESTS
 
 # %% [markdown]
