@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import hashlib
 import io
 import itertools
 import re
@@ -30,8 +31,11 @@ from gpucourse import devices, sim
 from gpucourse.check import TimingFailure
 from gpucourse.compiler import CompilerMissing, compile_report, describe_signature, signature_descriptor
 from gpucourse.kernel_source import KernelCompileError, KernelSource
+from gpucourse.triton_compiler import describe_signature as describe_triton_signature
+from gpucourse.triton_compiler import signature_descriptor as triton_signature_descriptor
+from gpucourse.triton_compiler import triton_compile_report
 
-from . import kernel_gate, protocol, sandbox
+from . import kernel_gate, protocol, sandbox, torch_gate
 from .clock import FairClock
 from .outcomes import Outcome
 from .skeleton import CellOrigin, Plan, TestItem, defined_names
@@ -104,7 +108,8 @@ class StudentWorker:
         self.compiler_required = compiler_required
         self.compiled: dict[tuple, object] = {}  # (kernel, signature) -> its CompileReport, once per submission
         self.sources: dict[str, KernelSource] = {}  # kernel name -> its checked source, while this worker lives
-        self.runners: dict[str, StudentWorker] = {}  # kernel source digest -> the process that launches it (kernel_runner)
+        self.runners: dict[str, StudentWorker] = {}  # source digest -> the process that launches or counts it (kernel_runner, profile_runner)
+        self.setup: tuple[list[str], dict] = ([], {})  # the source's setup cells and the namespace they made here (profile_runner)
         self.clock = clock or FairClock(self.pids)
         self.skipped: set[int] = set()
         self.retried: set[int] = set()
@@ -132,11 +137,41 @@ class StudentWorker:
         if runner is None:
             folder = self.workdir.parent / f"{self.workdir.name}.kernel-{key}"
             folder.mkdir(exist_ok=True)
-            preamble = SIMULATOR_PREAMBLE if simulated else GPU_PREAMBLE
+            preamble = {("numba", True): SIMULATOR_PREAMBLE, ("numba", False): GPU_PREAMBLE,
+                        ("triton", True): TRITON_INTERPRETER_PREAMBLE, ("triton", False): TRITON_GPU_PREAMBLE}[source.language, simulated]
             runner = StudentWorker([preamble, source.text], folder, self.limits, self.hidden_paths, self.clock, self.compiler_required)
             self.runners[key] = runner
         runner.ensure_started()
         return runner
+
+    def profile_runner(self, name: str) -> StudentWorker:
+        """A fresh process holding only the assignment's setup cells and the answer cell that defines
+        ``name``, checked first to be countable (:mod:`autograder.torch_gate`): where the grader
+        counts the function's ops. Nothing there can reach the profiler (the evidence rule)."""
+        setup_cells, setup_namespace = self.setup
+        cell = self._answer_cell(name)
+        try:
+            torch_gate.check_countable(cell, setup_namespace)
+        except torch_gate.UncountableSource as refused:
+            raise _from_student(f"{name}: its cell cannot be counted by the grader ({refused}); "
+                                "keep it to torch operations and torch.compile") from None
+        key = f"profile-{hashlib.sha256(cell.encode()).hexdigest()[:16]}"
+        runner = self.runners.get(key)
+        if runner is None:
+            folder = self.workdir.parent / f"{self.workdir.name}.{key}"
+            folder.mkdir(exist_ok=True)
+            runner = StudentWorker([*setup_cells, cell], folder, self.limits, self.hidden_paths, self.clock, self.compiler_required)
+            self.runners[key] = runner
+        runner.ensure_started()
+        return runner
+
+    def _answer_cell(self, name: str) -> str:
+        """The last of the student's own cells that defines ``name`` (setup cells are the source's)."""
+        setup_cells = set(self.setup[0])
+        for cell in reversed(self.cells):
+            if cell not in setup_cells and name in defined_names(cell):
+                return cell
+        raise _from_student(f"{name} is not defined by any of your answer cells")
 
     def ensure_started(self) -> None:
         while self.process is None:
@@ -318,6 +353,16 @@ class StudentFunction:
         message = (kind, self.name, self.worker.marshal(args), self.worker.marshal(kwargs), *extra)
         return _result(self.name, self.worker.request(message, self.item_deadline()))
 
+    def call_profiled(self, *args):
+        """(output, {ATen op: calls}) of one call, counted by the grader's profiler in a process that
+        holds only the setup cells and this function's answer cell (:meth:`StudentWorker.profile_runner`),
+        after an uncounted warm-up call on other values (where ``torch.compile`` compiles)."""
+        runner = self.worker.profile_runner(self.name)
+        reply = _result(self.name, runner.request(("call_profiled", self.name, runner.marshal(args)), self.item_deadline()))
+        if not isinstance(reply, dict) or not isinstance(reply.get("ops"), dict):
+            raise StudentError(f"{self.name}: the counted call did not report back")
+        return reply["output"], reply["ops"]
+
     def drive_iterator(self, plan):
         """Consume the generator the student's function returns as :func:`gpucourse.loading.run_loader`
         asks, with the loads' latency and the compute kept here (:mod:`autograder.loading`)."""
@@ -339,7 +384,7 @@ class StudentFunction:
             data = _result(self.name, self.worker.request(("kernel_source", self.name), self.item_deadline()))
             try:
                 source = KernelSource.from_plain(data)
-                kernel_gate.check_definitions_only(source.text)
+                kernel_gate.check_definitions_only(source.text, source.language)
             except ValueError as error:
                 raise _from_student(f"{self.name}: its source could not be checked ({error})") from None
             self.worker.sources[self.name] = source
@@ -351,11 +396,22 @@ class StudentFunction:
         A kernel no GPU would compile fails the item, with the line and the reason in plain words,
         on a CPU grader exactly as on a GPU one (the simulator alone would have run it).
         """
-        key = (self.name, describe_signature(signature_descriptor(args)))
+        self._compile_once(describe_signature(signature_descriptor(args)), lambda: compile_report(self, args, gpu=kernel_gate.GATE_GPU))
+
+    def check_triton_compiles(self, source: KernelSource, args, kwargs) -> None:
+        """:meth:`check_compiles` for a ``@triton.jit`` kernel: Triton compiles it for sm_80, once per signature."""
+        try:
+            signature = describe_triton_signature(triton_signature_descriptor(args, kwargs))
+        except TypeError as error:
+            raise _from_student(f"{self.name}: {error}") from None
+        self._compile_once(signature, lambda: triton_compile_report(source, args, kwargs, gpu=kernel_gate.GATE_GPU))
+
+    def _compile_once(self, signature: str, compile_it) -> None:
+        key = (self.name, signature)
         if key in self.worker.compiled:
             return
         try:
-            self.worker.compiled[key] = compile_report(self, args, gpu=kernel_gate.GATE_GPU)
+            self.worker.compiled[key] = compile_it()
         except KernelCompileError as error:
             reason, *code = str(error).splitlines()  # the item's message is one line: the reason, then the code
             raise _from_student(f"{self.name} would not compile for a GPU: {reason}" + "".join(f" (`{c.strip()}`)" for c in code[:1])) from None
@@ -403,8 +459,12 @@ class KernelLaunch:
     def __init__(self, kernel: StudentFunction, config):
         self.kernel, self.config = kernel, config
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         source = self.kernel.__kernel_source__()
+        if source.language == "triton":
+            return self._launch_triton(source, args, kwargs)
+        if kwargs:
+            raise TypeError(f"{self.kernel.name}[...] takes no keyword arguments (a numba kernel)")
         self.kernel.check_compiles(args)
         # Observed launches are simulated on every grader (so CPU and GPU graders count alike); the others
         # run on the GPU where there is one (a million-thread launch checking lost updates, say).
@@ -419,6 +479,36 @@ class KernelLaunch:
             sim.absorb(reply["observed"])
         except (KeyError, TypeError, ValueError) as error:
             raise StudentError(f"{self.kernel.name}: what the launch reported is malformed ({error})") from None
+
+
+    def _launch_triton(self, source: KernelSource, args, kwargs) -> None:
+        """``kernel[grid](*args, **kwargs)`` for a ``@triton.jit`` kernel: compiled by Triton for sm_80, then
+        run in a kernel runner (Triton's interpreter on a CPU grader, the GPU on a GPU grader); its tensor
+        arguments come back and are copied into the test's tensors. ``sim`` observers are numba's: not opened."""
+        grid = self.config if isinstance(self.config, tuple) else (self.config,)
+        if not 1 <= len(grid) <= 3 or not all(type(n) is int and n >= 1 for n in grid):
+            raise TypeError(f"{self.kernel.name}[grid]: the grid must be a tuple of 1 to 3 positive ints, got {self.config!r}")
+        self.kernel.check_triton_compiles(source, args, kwargs)
+        runner = self.kernel.worker.kernel_runner(source, simulated=devices.device_class() != "cuda")
+        message = ("launch_triton", source.name, list(grid), runner.marshal(args), runner.marshal(kwargs))
+        reply = _result(self.kernel.name, runner.request(message, self.kernel.item_deadline()))
+        if not isinstance(reply, dict) or not isinstance(reply.get("args"), list) or not isinstance(reply.get("kwargs"), dict):
+            raise StudentError(f"{self.kernel.name}: the launch did not report back")
+        _copy_back_tensors(self.kernel.name, [*args, *kwargs.values()], [*reply["args"], *(reply["kwargs"].get(k) for k in kwargs)])
+
+
+def _copy_back_tensors(name: str, mine, after) -> None:
+    """Write what the launch left in each tensor argument into the test's tensor, in place (those it changed:
+    an input passed twice, as ``kernel(x, x)``, keeps the written copy)."""
+    if len(after) != len(mine):
+        raise StudentError(f"{name}: the launch did not report its tensors")
+    for index, (tensor, theirs) in enumerate(zip(mine, after)):
+        if not isinstance(tensor, torch.Tensor):
+            continue
+        if not isinstance(theirs, torch.Tensor) or theirs.shape != tensor.shape or theirs.dtype != tensor.dtype:
+            raise AssertionError(f"{name}: argument {index} came back changed in shape or type")
+        if not torch.equal(theirs.to(tensor.device), tensor):
+            tensor.copy_(theirs)
 
 
 def _copy_back(name: str, args, arrays_after) -> None:
@@ -464,10 +554,10 @@ def _check_digests(name: str, outputs, digests, weights) -> None:
     if not isinstance(digests, list) or len(digests) != len(outputs):
         raise StudentError(f"{name}: the timed run did not report its outputs")
     for output, digest in zip(outputs, digests):
-        expected = output_digest(output, weights)
+        expected = output_digest(output, weights, on_gpu=isinstance(digest, float))
         if expected is None:
             continue
-        if not isinstance(digest, float) or abs(digest - expected) > 1e-6 * (abs(expected) + 1.0):
+        if type(digest) is not type(expected) or abs(digest - expected) > 1e-6 * (abs(expected) + 1.0):
             raise AssertionError(f"{name}: the outputs returned after timing are not those the timed run produced")
 
 
@@ -510,6 +600,10 @@ def _rebuild(value):
 # run in numba's simulator on every grader, so traced and counted items give the same verdict everywhere.
 GPU_PREAMBLE = "from gpucourse import kernels\nkernels.use_gpu_or_simulator(verbose=False)\n"
 SIMULATOR_PREAMBLE = 'import os\nos.environ["NUMBA_ENABLE_CUDASIM"] = "1"\n' + GPU_PREAMBLE  # the simulator, as every notebook runs it
+# A Triton kernel's runner: on a GPU grader its own compile cache in the runner's private /tmp; on a CPU
+# grader Triton's interpreter, switched on before the kernel's source imports triton.
+TRITON_GPU_PREAMBLE = 'import os, tempfile\nos.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()\n'
+TRITON_INTERPRETER_PREAMBLE = 'import os\nos.environ["TRITON_INTERPRET"] = "1"\n'
 
 
 def _from_student(message: str) -> StudentError:
@@ -564,6 +658,7 @@ def grade(plan: Plan, workdir: Path, limits: sandbox.Limits = sandbox.Limits(), 
         notebook_deadline = clock.now() + limits.notebook_seconds
         try:
             namespace = _trusted_namespace(plan, notes)
+            worker.setup = (plan.context, namespace)
             for item in items:
                 results.append(_grade_with_retry(item, plan, namespace, worker, reference, limits, notebook_deadline))
             notes += worker.load_notes
@@ -582,7 +677,7 @@ def kernel_summary(report, signature: str) -> dict:
     return {"kernel": report.kernel, "signature": signature, "gpu": report.gpu, "arch": report.arch,
             "registers": report.registers, "shared_bytes": report.shared_bytes, "local_bytes": report.local_bytes,
             "spill_bytes": report.spill_stores + report.spill_loads, "float64_instructions": report.float64_instructions,
-            "warnings": report.warnings()}
+            "warnings": report.warnings(), **({"num_warps": report.num_warps} if hasattr(report, "num_warps") else {})}
 
 
 def _grade_with_retry(item: TestItem, plan: Plan, namespace: dict, worker: StudentWorker, reference: StudentWorker,

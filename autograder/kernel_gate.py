@@ -34,13 +34,19 @@ class UncheckableSource(ValueError):
     """The text is not what the course's source extraction emits: it is not compiled."""
 
 
-def check_definitions_only(text: str) -> None:
+def check_definitions_only(text: str, language: str = "numba") -> None:
     """Raise :class:`UncheckableSource` unless ``text`` only imports allowed modules, binds plain
-    constants and defines ``@cuda.jit`` functions without defaults, annotations or other decorators."""
+    constants and defines ``@cuda.jit`` functions without defaults, annotations or other decorators
+    (``language="triton"``: see :func:`check_triton_definitions`)."""
     try:
         module = ast.parse(text)
     except SyntaxError as error:
         raise UncheckableSource(f"the kernel's source does not parse ({error.msg}, line {error.lineno})") from None
+    if language == "triton":
+        check_triton_definitions(module)
+        return
+    if language != "numba":
+        raise UncheckableSource(f"kernels in {language!r} are not graded")
     bound: dict[str, str] = {}  # name -> the module it is bound to, or _FUNCTION
     for statement in module.body:
         _check_statement(statement, bound)
@@ -127,3 +133,109 @@ def _is_cuda_jit(decorator: ast.expr, bound: dict[str, str]) -> bool:
         decorator = decorator.func
     return (isinstance(decorator, ast.Attribute) and decorator.attr == "jit" and isinstance(decorator.value, ast.Name)
             and bound.get(decorator.value.id) == "numba.cuda")
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton kernels
+#
+# Unlike NVVM, Triton's compiler is Python: while it compiles a kernel it looks up the attributes
+# the body names and calls the plain Python functions it reaches (``getattr`` among them). So the
+# body is checked too: no attribute or name with a leading underscore (``__globals__``,
+# ``__builtins__``), no ``getattr``/``hasattr``, no nested definitions or imports. The compiler
+# child then checks what each name and attribute chain reaches (only triton.language, see
+# gpucourse/_compile_worker.py) before Triton's compiler sees the kernel.
+
+_TRITON_MODULES = ("triton", "triton.language")
+_TRITON_REFUSED_NAMES = frozenset({"getattr", "hasattr", "setattr", "delattr", "globals", "locals", "vars", "eval", "exec",
+                                   "compile", "open", "__import__", "type", "object", "super", "breakpoint", "input"})
+_TRITON_REFUSED_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Import, ast.ImportFrom,
+                         ast.Global, ast.Nonlocal, ast.Try, ast.With, ast.AsyncWith, ast.Await, ast.Yield, ast.YieldFrom,
+                         ast.Delete)
+
+
+def _is_triton_module(name: str) -> bool:
+    return name == "triton" or name == "triton.language" or name.startswith("triton.language.")
+
+
+def check_triton_definitions(module: ast.Module) -> None:
+    """Raise :class:`UncheckableSource` unless the module only imports triton and triton.language
+    (modules, or names from them), binds plain constants (literals, ``tl.constexpr(literal)``,
+    triton.language attributes such as ``tl.float32``) and defines functions decorated with
+    ``@triton.jit`` alone, whose parameters are annotated ``tl.constexpr`` or not at all, without
+    defaults, and whose bodies keep to the rules above."""
+    bound: dict[str, str] = {}  # name -> the triton module it is bound to, or _FUNCTION
+    for statement in module.body:
+        where = f"line {statement.lineno} of the kernel's source"
+        if isinstance(statement, ast.Import):
+            for alias in statement.names:
+                if not _is_triton_module(alias.name):
+                    raise UncheckableSource(f"{where} imports {alias.name}, which a Triton kernel may not use")
+                bound[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+        elif isinstance(statement, ast.ImportFrom):
+            if statement.level or not _is_triton_module(statement.module or "") or any(a.name == "*" or a.name.startswith("_") for a in statement.names):
+                raise UncheckableSource(f"{where} imports from {statement.module}, which a Triton kernel may not use")
+            for alias in statement.names:
+                bound.pop(alias.asname or alias.name, None)
+        elif isinstance(statement, ast.Assign):
+            _check_triton_constant(statement, bound, where)
+        elif isinstance(statement, ast.FunctionDef):
+            _check_triton_function(statement, bound, where)
+            bound[statement.name] = _FUNCTION
+        elif not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)):
+            raise UncheckableSource(f"{where} is not a definition ({type(statement).__name__})")
+
+
+def _triton_attribute_chain(node: ast.expr, bound: dict[str, str]) -> bool:
+    """``tl.float32`` or ``triton.language.core.float32``: attributes (no underscores) of a name bound to a triton module."""
+    while isinstance(node, ast.Attribute):
+        if node.attr.startswith("_"):
+            return False
+        node = node.value
+    return isinstance(node, ast.Name) and _is_triton_module(bound.get(node.id, ""))
+
+
+def _check_triton_constant(statement: ast.Assign, bound: dict[str, str], where: str) -> None:
+    if len(statement.targets) != 1 or not isinstance(statement.targets[0], ast.Name):
+        raise UncheckableSource(f"{where} is not a plain constant")
+    target, value = statement.targets[0].id, statement.value
+    if isinstance(value, ast.Name) and bound.get(value.id) == _FUNCTION:  # a second name for a @triton.jit function
+        bound[target] = _FUNCTION
+        return
+    constexpr = (isinstance(value, ast.Call) and not value.keywords and len(value.args) == 1 and _is_literal(value.args[0])
+                 and isinstance(value.func, ast.Attribute) and value.func.attr == "constexpr"
+                 and _triton_attribute_chain(value.func, bound))
+    if not (_is_literal(value) or constexpr or (isinstance(value, ast.Attribute) and _triton_attribute_chain(value, bound))):
+        raise UncheckableSource(f"{where} is not a plain constant")
+    bound.pop(target, None)
+
+
+def _check_triton_function(definition: ast.FunctionDef, bound: dict[str, str], where: str) -> None:
+    arguments = definition.args
+    if arguments.vararg or arguments.kwarg or arguments.kwonlyargs or arguments.posonlyargs:
+        raise UncheckableSource(f"{where}: {definition.name} has *args, **kwargs or keyword-only parameters")
+    if arguments.defaults:
+        raise UncheckableSource(f"{where}: {definition.name} has default arguments")
+    if definition.returns is not None or any(a.annotation is not None and not _is_constexpr_annotation(a.annotation, bound)
+                                             for a in arguments.args):
+        raise UncheckableSource(f"{where}: {definition.name} has annotations other than tl.constexpr")
+    decorators = definition.decorator_list
+    if len(decorators) != 1 or not (isinstance(decorators[0], ast.Attribute) and decorators[0].attr == "jit"
+                                    and isinstance(decorators[0].value, ast.Name) and bound.get(decorators[0].value.id) == "triton"):
+        raise UncheckableSource(f"{where}: {definition.name} is not decorated with @triton.jit alone")
+    for statement in definition.body:
+        for node in ast.walk(statement):
+            _check_triton_node(node, definition.name, where)
+
+
+def _is_constexpr_annotation(annotation: ast.expr, bound: dict[str, str]) -> bool:
+    return isinstance(annotation, ast.Attribute) and annotation.attr == "constexpr" and _triton_attribute_chain(annotation, bound)
+
+
+def _check_triton_node(node: ast.AST, function: str, where: str) -> None:
+    line = f"line {getattr(node, 'lineno', '?')} of the kernel's source"
+    if isinstance(node, _TRITON_REFUSED_NODES):
+        raise UncheckableSource(f"{line}: {function} holds a {type(node).__name__}, which a Triton kernel may not")
+    if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+        raise UncheckableSource(f"{line}: {function} reads the attribute {node.attr}, which a Triton kernel may not")
+    if isinstance(node, ast.Name) and (node.id.startswith("__") or node.id in _TRITON_REFUSED_NAMES):
+        raise UncheckableSource(f"{line}: {function} uses the name {node.id}, which a Triton kernel may not")

@@ -79,6 +79,8 @@ def _answer_in_child(request: dict) -> dict:
 def answer_request(request: dict) -> dict:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
     sys.path[:] = request.get("sys_path") or sys.path  # the caller's, user site and PYTHONPATH included
+    if request.get("language") == "triton":
+        return answer_triton(request)
     try:
         from numba import cuda
     except ImportError as error:
@@ -183,6 +185,128 @@ def _assemble(ptx: str, ptxas: str, cc) -> dict:
     if run.returncode != 0:
         return {"status": "ptxas_error", "message": output, "ptx": ptx}
     return {"status": "ok", "ptx": ptx, "ptxas": output}
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton kernels: ``{"language": "triton", "source", "filename", "kernel", "cc", "signature":
+# {"args": [argument, ...], "kwargs": {name: argument}}}``, an argument being {"type": "*fp32"} (a
+# tensor) or {"type": "i32", "value": 3} (a number). Answer as above, with "num_warps" and "shared".
+
+TRITON_INSTALL = "pip install triton  (Linux x86-64 wheels only)"
+
+
+def answer_triton(request: dict) -> dict:
+    os.environ["TRITON_INTERPRET"] = "0"  # compiled for a GPU, never interpreted, whatever the caller runs
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, without its warning
+    try:
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+    except ImportError as error:
+        return {"status": "missing", "message": f"Triton cannot be imported ({error})", "install": TRITON_INSTALL}
+    namespace = _load(request["source"], request["filename"])
+    refused = _triton_reach(request["source"], namespace)
+    if refused:
+        return {"status": "error", "kind": "refused", "message": refused[1], "line": refused[0]}
+    kernel = namespace[request["kernel"]]
+    try:
+        signature, constexprs = _triton_signature(kernel, request["signature"])
+    except TypeError as error:
+        return {"status": "error", "kind": "launch", "message": str(error), "line": None}
+    major, minor = request["cc"]
+    with tempfile.TemporaryDirectory(prefix="gpucourse-triton-") as cache:
+        os.environ["TRITON_CACHE_DIR"] = cache  # nothing kept between kernels, nor shared with anyone
+        try:
+            compiled = triton.compile(ASTSource(kernel, signature, constexprs=constexprs), target=GPUTarget("cuda", 10 * major + minor, 32))
+        except Exception as error:  # noqa: BLE001 - any compile failure is an answer, not a crash
+            return {"status": "error", "kind": type(error).__name__, "message": str(error),
+                    "line": _triton_error_line(error, request["source"])}
+    ptx = compiled.asm["ptx"]
+    answer = _assemble(ptx, triton.knobs.nvidia.ptxas.path, request["cc"])
+    return {**answer, "num_warps": int(compiled.metadata.num_warps), "shared": int(compiled.metadata.shared)}
+
+
+def _triton_signature(kernel, descriptor: dict) -> tuple[dict, dict]:
+    """Triton's signature ({parameter: "*fp32" | "i32" | "constexpr"}) and constexprs for these launch arguments."""
+    params = kernel.params
+    if len(descriptor["args"]) > len(params):
+        raise TypeError(f"{kernel.__name__} takes {len(params)} arguments but the launch passed {len(descriptor['args'])}")
+    given = {param.name: argument for param, argument in zip(params, descriptor["args"])}
+    for name, argument in descriptor["kwargs"].items():
+        if name in given or name not in kernel.arg_names:
+            raise TypeError(f"{kernel.__name__} got {'twice' if name in given else 'an unknown'} argument {name}")
+        given[name] = argument
+    missing = [param.name for param in params if param.name not in given]
+    if missing:
+        raise TypeError(f"{kernel.__name__} is missing the argument(s) {', '.join(missing)} at the launch")
+    signature, constexprs = {}, {}
+    for param in params:
+        argument = given[param.name]
+        if param.is_constexpr:
+            if "value" not in argument:
+                raise TypeError(f"{param.name} is a tl.constexpr: pass a number, not a tensor")
+            signature[param.name], constexprs[param.name] = "constexpr", argument["value"]
+        else:
+            signature[param.name] = argument["type"]
+    return signature, constexprs
+
+
+def _triton_reach(source: str, namespace: dict) -> tuple[int, str] | None:
+    """(line, why) for the first global or attribute chain of a kernel that reaches beyond triton.language.
+
+    Triton's compiler calls the Python functions a kernel names while it compiles it, so what
+    the names reach is checked here first: a module must be triton or triton.language's, any other
+    value a @triton.jit function, a plain constant or something triton.language defines.
+    """
+    import ast
+    import types as pytypes
+
+    def allowed(value) -> bool:
+        if isinstance(value, pytypes.ModuleType):
+            return value.__name__ == "triton" or value.__name__.startswith("triton.language")
+        if value is None or type(value) in (bool, int, float, str, tuple):
+            return True
+        origin = getattr(value, "__module__", None) if callable(value) else type(value).__module__
+        return isinstance(origin, str) and (origin.startswith("triton.language") or origin == "student_kernel"
+                                            or type(value).__name__ == "JITFunction")
+
+    for name, value in namespace.items():
+        if name not in ("__name__", "__builtins__") and not allowed(value):
+            return None, f"the global {name} is {type(value).__name__}, which a Triton kernel may not use"
+    bodies = [statement for definition in ast.parse(source).body if isinstance(definition, ast.FunctionDef)
+              for statement in definition.body]  # what Triton's compiler reads (not the decorators, run already)
+    for node in (node for statement in bodies for node in ast.walk(statement)):
+        if not isinstance(node, ast.Attribute):
+            continue
+        chain, root = [], node
+        while isinstance(root, ast.Attribute):
+            chain.append(root.attr)
+            root = root.value
+        if isinstance(root, ast.Name) and type(namespace.get(root.id)).__name__ == "JITFunction":
+            return node.lineno, f"{ast.unparse(node)} reads an attribute of a @triton.jit function: call it instead"
+        if not isinstance(root, ast.Name) or not isinstance(namespace.get(root.id), pytypes.ModuleType):
+            continue
+        value = namespace[root.id]
+        for attribute in reversed(chain):
+            value = getattr(value, attribute, None)
+            if not allowed(value):
+                return node.lineno, f"{ast.unparse(node)} reaches beyond triton.language"
+    return None
+
+
+def _triton_error_line(error: Exception, source: str) -> int | None:
+    """The module text's line of a Triton CompilationError ("at 6:27:" counts from the function's def)."""
+    import re
+
+    where = re.match(r"at (\d+):(\d+):", str(error))
+    function = re.search(r"^def (\w+)\(", getattr(error, "src", None) or "", re.MULTILINE)
+    if not where or not function:
+        return None
+    lines = source.splitlines()
+    for index, line in enumerate(lines):
+        if line.startswith(f"def {function.group(1)}("):
+            return index + int(where.group(1))
+    return None
 
 
 if __name__ == "__main__":

@@ -128,3 +128,18 @@ def assert_float32_only(kernel, *args, gpu: str = "A100", name: str | None = Non
         lines = "; ".join(str(line) for line in report.float64_lines()) or "lines unknown"
         raise AssertionError(f"{name} computes in float64 ({report.float64_instructions} PTX instructions for {report.arch}): {lines}. "
                              "Write float32 constants (np.float32(0.5), as a module constant) so the arithmetic stays float32.")
+
+
+def counted_call(fn, *args, counter):
+    """``(fn(*args), {ATen op: calls})``: what one call returns and the ops it runs.
+
+    In a notebook the ops are counted by ``counter`` (module 06: your ``count_ops``).
+    Under grading they are counted by the grader's own profiler, in a process that holds only the
+    assignment's setup cells and ``fn``'s answer cell, checked first to use nothing but torch
+    operations and ``torch.compile``; ``counter`` plays no part there (the course's evidence rule).
+    """
+    trusted = getattr(fn, "call_profiled", None)
+    if trusted is not None:
+        return trusted(*args)
+    output = fn(*args)
+    return output, counter(fn, *args)

@@ -48,9 +48,9 @@ SERVER_ENV = "GPUCOURSE_COMPILE_SERVER"  # "0": one compiler process per kernel 
 class CompilerMissing(RuntimeError):
     """NVVM or ptxas is not installed here; the message says how to install them."""
 
-    def __init__(self, what: str):
-        super().__init__(f"{what}, so kernels cannot be compiled here without a GPU. Install NVIDIA's compiler "
-                         f"with\n    {INSTALL_COMMAND}\nand restart the Python kernel.")
+    def __init__(self, what: str, install: str = INSTALL_COMMAND):
+        super().__init__(f"{what}, so kernels cannot be compiled here without a GPU. Install the compiler "
+                         f"with\n    {install}\nand restart the Python kernel.")
 
 
 def compile_report(kernel, signature, gpu: str = "A100", timeout: float = COMPILE_TIMEOUT_S) -> CompileReport:
@@ -171,7 +171,7 @@ def _compile(request: dict, timeout: float) -> dict:
         if answer is None:
             answer = run_compiler(request, timeout)
             if answer["status"] == "missing":  # not cached: the student may install it and retry
-                raise CompilerMissing(answer["message"])
+                raise CompilerMissing(answer["message"], answer.get("install", INSTALL_COMMAND))
             _keep_answer(key, answer)
         _answers[key] = answer
     return _answers[key]

@@ -28,6 +28,7 @@ KERNEL_FILENAME = "gpucourse_kernel.py"  # the module text's name in the compile
 ALLOWED_MODULES = ("cmath", "math", "numba", "numba.core.types", "numba.cuda", "numpy")
 # Modules whose functions a kernel may take by name, e.g. ``from math import sqrt``.
 FUNCTION_MODULES = ("math", "cmath", "numpy", "numba.cuda")
+LANGUAGES = ("numba", "triton")
 RULE = "a kernel can only use device functions, modules math/numpy/numba and plain constants"
 
 _NUMPY = "_gc_numpy"  # private names for what the emitted text itself needs
@@ -77,6 +78,7 @@ class KernelSource:
     text: str
     origins: tuple[SourceLine | None, ...] = field(repr=False)
     device: bool = False  # the function itself is a device function, not a kernel
+    language: str = "numba"  # or "triton": a @triton.jit kernel (see gpucourse.triton_source)
 
     @property
     def digest(self) -> str:
@@ -91,23 +93,26 @@ class KernelSource:
     def to_plain(self) -> dict:
         """Plain data (str, int, bool, list, dict, None) for the grader's protocol."""
         origins = [None if o is None else [o.filename, o.line, o.function, o.code] for o in self.origins]
-        return {"name": self.name, "text": self.text, "origins": origins, "device": self.device}
+        return {"name": self.name, "text": self.text, "origins": origins, "device": self.device, "language": self.language}
 
     @classmethod
     def from_plain(cls, data) -> KernelSource:
         """The inverse of :meth:`to_plain`; raises ValueError on anything else."""
         try:
             origins = tuple(None if o is None else SourceLine(str(o[0]), int(o[1]), str(o[2]), str(o[3])) for o in data["origins"])
-            source = cls(str(data["name"]), str(data["text"]), origins, bool(data["device"]))
-        except (KeyError, TypeError, ValueError, IndexError) as error:
+            source = cls(str(data["name"]), str(data["text"]), origins, bool(data["device"]), str(data.get("language", "numba")))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
             raise ValueError(f"not a kernel source ({error})") from None
+        if source.language not in LANGUAGES:
+            raise ValueError(f"not a kernel language: {source.language!r}")
         if not source.name.isidentifier():
             raise ValueError(f"not a kernel name: {source.name!r}")
         return source
 
 
 def kernel_source(kernel) -> KernelSource:
-    """The self-contained source of a numba kernel or device function (simulator or GPU).
+    """The self-contained source of a numba kernel or device function (simulator or GPU), or of a
+    ``@triton.jit`` kernel (GPU or interpreter; :func:`gpucourse.triton_source.triton_source`).
 
     Raises :class:`KernelSourceError` when the kernel uses a global that is not a module
     (math, cmath, numpy, numba, numba.cuda), a device function, a plain constant (int, float,
@@ -118,6 +123,10 @@ def kernel_source(kernel) -> KernelSource:
     provided = getattr(type(kernel), "__kernel_source__", None)
     if provided is not None:  # a stand-in for a kernel held elsewhere (the grader's proxy for a student's kernel)
         return provided(kernel)
+    from .triton_source import is_triton_kernel, triton_source
+
+    if is_triton_kernel(kernel):
+        return triton_source(kernel)
     function, device, fastmath = _unwrap(kernel)
     if function is None:
         raise KernelSourceError(f"{kernel!r} is not a numba kernel: decorate the function with @cuda.jit")

@@ -206,3 +206,46 @@ def gpu_or_explain(what_a_gpu_shows: str) -> bool:
             "fix numba's access to the GPU (the setup cell printed why) and restart the kernel"
         )
     return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton: on a GPU, or in its interpreter
+
+
+TRITON_INTERPRET_ENV = "TRITON_INTERPRET"
+TRITON_INSTALL = ('Triton is not installed: `pip install triton` (its wheels exist for Linux on x86-64 only; '
+                  "on another machine use Colab or a Linux box)")
+
+
+def use_triton_gpu_or_interpreter(verbose: bool = True) -> bool:
+    """Make ``@triton.jit`` kernels run on the GPU when torch sees one, else in Triton's interpreter.
+
+    Returns True for a real GPU. Call it before the first ``@triton.jit``: without a GPU it sets
+    ``TRITON_INTERPRET=1``, which turns each kernel into Python run on torch CPU tensors (correct
+    results, no speed). Raises :class:`ImportError` when Triton is not installed, and
+    :class:`RuntimeError` when Triton was imported already in a mode that cannot interpret.
+    """
+    import importlib.util
+
+    if "triton" not in sys.modules and importlib.util.find_spec("triton") is None:
+        raise ImportError(TRITON_INSTALL)
+    gpu, reason = _gpu_visible()
+    if not gpu:
+        os.environ[TRITON_INTERPRET_ENV] = "1"
+        _check_interpreter_on()
+    elif os.environ.get(TRITON_INTERPRET_ENV) == "1":
+        gpu, reason = False, f"{TRITON_INTERPRET_ENV}=1 is set"
+    if verbose:
+        print("Triton kernels run on " + ("the GPU" if gpu else f"Triton's interpreter (correct results, no speed): {reason}"))
+    return gpu
+
+
+def _check_interpreter_on() -> None:
+    """Triton reads TRITON_INTERPRET when a kernel is decorated; an old Triton may have read it at import."""
+    if "triton" not in sys.modules:
+        return
+    knobs = getattr(sys.modules["triton"], "knobs", None)
+    interpreting = getattr(getattr(knobs, "runtime", None), "interpret", None)
+    if interpreting is False:
+        raise RuntimeError("triton was imported before use_triton_gpu_or_interpreter() and cannot switch to its "
+                           "interpreter now, and there is no GPU: restart the kernel and call it before `import triton`")

@@ -537,3 +537,65 @@ def _timeline_legend(ax, bars):
     handles = [Patch(facecolor=colour, label=name) for kind, (colour, name) in _KIND_STYLE.items() if kind in drawn]
     lines, _ = ax.get_legend_handles_labels()
     ax.legend(handles=handles + lines, fontsize=MIN_LABEL_POINTS, loc="center left", bbox_to_anchor=(1.005, 0.5), frameon=False)
+
+
+# -- profiler traces ---------------------------------------------------------------------------------
+
+
+def profile_timeline(ax, events, *, title: str | None = None, label: str = "measured"):
+    """A profiler trace as a Gantt chart, the way Perfetto shows it: a row per thread (CPU) or device (GPU kernels).
+
+    events: ``[(name, row, start_us, duration_us, depth), …]``, e.g. from
+    :func:`gpucourse.profiling.trace_events`. Each op is a bar from its start to its end; an op
+    called by another (depth d + 1) is drawn inside its parent, lower and narrower, so the
+    parent's name stays readable in the strip above it. Names are written where they fit.
+    The time axis is in µs, or in ms when the trace lasts 1 ms or more. ``label`` says where the
+    trace comes from ("measured on <device>"). Returns the bars (Rectangles) in the order given.
+    """
+    events = [tuple(event) for event in events]
+    if not events:
+        raise ValueError("no events to draw: was anything run inside the profiler?")
+    rows = sorted({row for _, row, *_ in events}, key=lambda row: (row.startswith("GPU"), row))  # host threads above the GPU
+    end_us = max(start + duration for _, _, start, duration, _ in events)
+    unit, scale = ("ms", 1e3) if end_us >= 1e3 else ("µs", 1.0)
+    lanes = max(depth for *_, depth in events) + 1
+    lane = 0.9 / lanes  # each depth leaves its parent a strip of this height on top
+    ax.set_xlim(0, end_us / scale * 1.02)
+    ax.set_ylim(0, len(rows))
+    ax.set_yticks([len(rows) - 1 - index + 0.5 for index in range(len(rows))], rows)
+    ax.set_xlabel(f"time since the first op ({unit})")
+    unit_per_point = ax.get_xlim()[1] / (ax.get_position().width * ax.get_figure().get_figwidth() * 72)
+    lane_points = lane * ax.get_position().height * ax.get_figure().get_figheight() * 72 / len(rows)
+    colours = _op_colours(name for name, *_ in events)
+    drawn = []
+    for name, row, start, duration, depth in events:
+        top = len(rows) - 1 - rows.index(row) + 0.95
+        height = 0.9 - depth * lane
+        drawn.append(ax.add_patch(_box(start / scale, top - 0.9, duration / scale, height, colours[name], edge="white")))
+        text = _fitting_name(name, duration / scale / unit_per_point, lane_points)
+        if text:
+            ax.text((start + duration / 2) / scale, top - (depth + 0.5) * lane, text, ha="center", va="center",
+                    fontsize=MIN_LABEL_POINTS, color="white", clip_on=True)
+    heading = f"{len(events)} ops over {end_us / scale:.3g} {unit} ({label})"
+    ax.set_title(f"{title}\n{heading}" if title else heading, fontsize=9)
+    ax.grid(True, axis="x", alpha=0.3)
+    return drawn
+
+
+def _op_colours(names) -> dict:
+    """A colour per op name, in order of first appearance, so one op looks the same wherever it runs."""
+    import matplotlib
+
+    palette = matplotlib.colormaps["tab10"]
+    order = list(dict.fromkeys(names))
+    return {name: palette(index % 10) for index, name in enumerate(order)}
+
+
+def _fitting_name(name: str, width_points: float, height_points: float) -> str:
+    """The op's name, or without its namespace ("addmm" for "aten::addmm"), if it fits a bar of this size; else ''."""
+    if height_points < 1.1 * MIN_LABEL_POINTS:
+        return ""
+    for text in (name, name.rsplit("::", 1)[-1]):
+        if width_points >= len(text) * 0.62 * MIN_LABEL_POINTS + 4:
+            return text
+    return ""

@@ -151,6 +151,39 @@ def pipelined_map_seconds(card: gpu_specs.GPUSpec, chunks: int, elements: int) -
     return pipeline(chunks, copy, kernel, copy, copy_engines=card.copy_engines).simulate().makespan
 
 
+def fused_tail_speed(card: gpu_specs.GPUSpec, m: int = 4096, n: int = 1024) -> SpeedModel:
+    """06 test_fused_tail_speed: ``gelu(x + bias) * SCALE + residual`` eagerly against one fused kernel.
+
+    Eager torch launches 4 kernels (add, gelu, mul, add), each reading its inputs and writing a
+    whole (m, n) float32 tensor: 3 + 2 + 2 + 3 tensor passes. Fused (what ``torch.compile``
+    generates): one kernel that reads x and residual and writes the output, 3 passes. The GELU's erf
+    is a few dozen FLOPs per element, below every card's ridge point: memory-bound either way.
+    """
+    tensor = m * n * FLOAT32_BYTES
+    eager, _ = kernel_seconds(card, nbytes=10 * tensor, flops=30 * m * n, launches=4)
+    fused, bound = kernel_seconds(card, nbytes=3 * tensor, flops=30 * m * n)
+    return SpeedModel("test_fused_tail_speed", card.name, eager, fused, bound)
+
+
+def bias_gelu_speed(card: gpu_specs.GPUSpec, m: int = 4096, n: int = 4096) -> SpeedModel:
+    """06 test_triton_speed: ``F.gelu(x + bias)`` eagerly (2 kernels, 2 + 2 tensor passes) against one
+    Triton kernel reading x and writing the output (2 passes); memory-bound on every card."""
+    tensor = m * n * FLOAT32_BYTES
+    eager, _ = kernel_seconds(card, nbytes=4 * tensor, flops=30 * m * n, launches=2)
+    fused, bound = kernel_seconds(card, nbytes=2 * tensor, flops=30 * m * n)
+    return SpeedModel("test_triton_speed", card.name, eager, fused, bound)
+
+
+def batched_matmuls_speed(card: gpu_specs.GPUSpec, batch: int = 512, side: int = 16) -> SpeedModel:
+    """06 test_batched_matmuls_speed: a loop of ``batch`` (side × side) matmuls plus the stack (batch + 1
+    launches) against one ``bmm``. A few hundred KB in all: the launches set the loop's time."""
+    nbytes = 3 * batch * side * side * FLOAT32_BYTES
+    flops = 2 * batch * side ** 3
+    loop, _ = kernel_seconds(card, nbytes=nbytes + batch * side * side * FLOAT32_BYTES * 2, flops=flops, launches=batch + 1)
+    batched, bound = kernel_seconds(card, nbytes=nbytes, flops=flops)
+    return SpeedModel("test_batched_matmuls_speed", card.name, loop, batched, bound)
+
+
 # Each GPU speed item (by grade id) and its model.
 ITEMS = {
     "test_pairwise_speed": pairwise_speed,
@@ -158,6 +191,9 @@ ITEMS = {
     "test_transpose_speed": transpose_speed,
     "test_uniform_speed": uniform_speed,
     "test_overlap_speed": overlap_speed,
+    "test_fused_tail_speed": fused_tail_speed,
+    "test_triton_speed": bias_gelu_speed,
+    "test_batched_matmuls_speed": batched_matmuls_speed,
 }
 
 

@@ -311,15 +311,65 @@ VARIANTS_05 = {
     "values_read_inside": ("overlapped_map", lambda given: given.replace("    return results", "    return [streams.value(r) for r in results]"),
                            ("test_overlap_correct", "test_overlap_race_free", "test_overlap_makespan"), "return what to_host gave back"),
 }
+EAGER_TAIL = "def fused_tail(x, bias, residual):\n    return F.gelu(x + bias) * SCALE + residual\n"
+VARIANTS_06 = {
+    # The visible examples' counts, hard-coded: the hidden tests count functions the student has not seen.
+    "hard_coded_counts": ("count_ops", (
+        "def count_ops(fn, *args):\n    if fn is torch.relu:\n        return {'aten::relu': 1, 'aten::clamp_min': 1}\n"
+        "    return {'aten::linear': 2, 'aten::addmm': 2, 'aten::t': 2, 'aten::relu': 1}\n"
+    ), "test_count_ops", "count_ops(a small CNN)"),
+    # A dispatch mode sees only the outermost ops below autograd: no aten::linear, no nested clamp_min.
+    "dispatch_mode": ("count_ops", (
+        "from torch.utils._python_dispatch import TorchDispatchMode\n\nclass _Counting(TorchDispatchMode):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.counts = {}\n"
+        "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
+        "        name = 'aten::' + func._schema.name.split('::')[-1]\n        self.counts[name] = self.counts.get(name, 0) + 1\n"
+        "        return func(*args, **(kwargs or {}))\n\ndef count_ops(fn, *args):\n    with _Counting() as mode:\n        fn(*args)\n"
+        "    return mode.counts\n"
+    ), "test_count_ops", "expected"),
+    # Total time instead of self time: the Linear (which holds the matmul) wins.
+    "total_time": ("dominant_op", lambda given: given.replace("self_cpu_time_total", "cpu_time_total"), "test_dominant_op", "expected 'aten::addmm'"),
+    # The eager chain: right values, every op still there, no faster.
+    "eager_tail": ("fused_tail", EAGER_TAIL, ("test_fused_tail_ops", "test_fused_tail_speed"), "fused_tail"),
+    # The last result kept per shape: fast, and wrong on the second call of a shape.
+    "cached_tail": ("fused_tail", (
+        "_compiled = torch.compile(lambda x, bias, residual: F.gelu(x + bias) * SCALE + residual)\n_last = {}\n\n"
+        "def fused_tail(x, bias, residual):\n    key = (tuple(x.shape), x.dtype)\n"
+        "    if key not in _last:\n        _last[key] = _compiled(x, bias, residual)\n    return _last[key]\n"
+    ), ("test_fused_tail_correct", "test_fused_tail_ops", "test_fused_tail_speed"), "fused_tail"),
+    # Compiled, with a line that would switch the profiler off where the cell runs: the grader will not count such a cell.
+    "patches_the_profiler": ("fused_tail", lambda given: "torch.autograd.profiler._disable_profiler_legacy = None\n" + given,
+                             "test_fused_tail_ops", "cannot be counted by the grader"),
+    # Compiled by hand-picked decomposition into fewer torch calls, still one pass each: addcmul folds the scale and the residual.
+    "addcmul_tail": ("fused_tail", (
+        "def fused_tail(x, bias, residual):\n    return torch.addcmul(residual, F.gelu(x + bias), torch.tensor(SCALE, dtype=x.dtype))\n"
+    ), "test_fused_tail_ops", "at most 2 allowed"),
+    # A kernel that falls back to torch inside: the interpreter would run it, a GPU compiler refuses it.
+    "torch_in_kernel": ("bias_gelu_kernel", (
+        "@triton.jit\ndef bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, n_elements, n_cols, BLOCK: tl.constexpr):\n"
+        "    torch.nn.functional.gelu(x_ptr)\n"
+    ), "test_bias_gelu_kernel", "torch"),
+    # No mask on the store: the last block writes past the output.
+    "unmasked_store": ("bias_gelu_kernel", lambda given: given.replace(", mask=inside)\n### END", ")\n### END"),
+                       "test_bias_gelu_kernel", "wrote past the end"),
+    # The loop, as given: right, and no faster.
+    "still_a_loop": ("batched_matmuls", "def batched_matmuls(As, Bs):\n    return torch.stack([a @ b for a, b in zip(As, Bs)])\n",
+                     "test_batched_matmuls_speed", "need 3×"),
+    # einsum instead of bmm: as fast.
+    "einsum": ("batched_matmuls", "def batched_matmuls(As, Bs):\n    return torch.einsum('bmk,bkp->bmp', As, Bs)\n",
+               ("test_batched_matmuls_correct", "test_batched_matmuls_speed"), None),
+}
 # Each module's answers: (answer cell, code or an edit of the reference's, the items it feeds, reason).
 # A wrong answer (a reason) must fail exactly those items, each message holding the reason; a correct
 # one (reason None) must pass them all.
-VARIANTS = {"02_architecture": VARIANTS_02, "03_coalescing": VARIANTS_03, "04_divergence": VARIANTS_04, "05_streams": VARIANTS_05}
+VARIANTS = {"02_architecture": VARIANTS_02, "03_coalescing": VARIANTS_03, "04_divergence": VARIANTS_04, "05_streams": VARIANTS_05,
+            "06_profiling_fusion": VARIANTS_06}
 # Cheap items of each module: the first that an answer does not feed is graded too, and must pass.
 UNTOUCHED_ITEMS = {"02_architecture": ("test_register_budget", "test_bias_relu"),
                    "03_coalescing": ("test_tile_conflict_degrees", "test_sectors_per_warp"),
                    "04_divergence": ("test_loop_cycles", "test_soft_clip_correct"),
-                   "05_streams": ("test_pipeline_makespan", "test_overlap_correct")}
+                   "05_streams": ("test_pipeline_makespan", "test_overlap_correct"),
+                   "06_profiling_fusion": ("test_batched_matmuls_correct", "test_count_ops")}
 
 
 def _grade(assignment, student_nb, tmp_path, only):
@@ -366,3 +416,18 @@ class Answers:
 
 
 one_class_per_module(Answers, sorted(VARIANTS), globals())
+
+
+def test_a_patch_in_another_cell_does_not_reach_the_count(tmp_path):
+    """06: the student's process patches the grader's own counting code and the profiler (in the count_ops cell),
+    and fused_tail is the eager chain. The count runs where only fused_tail's cell ran: all the ops are there."""
+    forged = ("import autograder.profiling as _grader_profiling\n"
+              "_grader_profiling.counted_call = lambda fn, *args: (fn(*args), {})\n"
+              "torch.profiler.profile.events = lambda self: []\n\n"
+              "def count_ops(fn, *args):\n    return {}\n")
+    notebook = reference_answered("06_profiling_fusion", "count_ops", forged)
+    [cell] = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "fused_tail"]
+    cell.source = EAGER_TAIL
+    result = _grade("06_profiling_fusion", notebook, tmp_path, only={"test_fused_tail_ops"})
+    [item] = result.items
+    assert item.outcome == "failed" and "ATen ops" in item.message and "aten::gelu" in item.message, item.message

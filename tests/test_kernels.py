@@ -1,5 +1,7 @@
 """Tests of gpucourse.kernels: choosing the GPU or numba's simulator, and explaining failures."""
 
+import importlib.util
+import os
 import subprocess
 import sys
 
@@ -110,3 +112,25 @@ def test_gpu_guard_skips_without_a_gpu_and_refuses_a_gpu_numba_cannot_use(monkey
         kernels.gpu_or_explain("kernels run fast")
     monkeypatch.setattr(kernels, "simulator_active", lambda: False)
     assert kernels.gpu_or_explain("kernels run fast") is True
+
+
+def test_triton_runs_in_its_interpreter_without_a_gpu_and_says_what_is_missing(monkeypatch, capsys):
+    monkeypatch.delenv(kernels.TRITON_INTERPRET_ENV, raising=False)
+    monkeypatch.setenv("GPUCOURSE_DEVICE", "cpu")
+    if importlib.util.find_spec("triton") is not None:
+        assert kernels.use_triton_gpu_or_interpreter() is False
+        assert os.environ[kernels.TRITON_INTERPRET_ENV] == "1"
+        assert "Triton's interpreter" in capsys.readouterr().out
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    monkeypatch.delitem(sys.modules, "triton", raising=False)
+    with pytest.raises(ImportError, match="Linux on x86-64 only"):
+        kernels.use_triton_gpu_or_interpreter()
+
+
+def test_triton_imported_without_its_interpreter_is_refused_when_there_is_no_gpu(monkeypatch):
+    knobs = type("Knobs", (), {"runtime": type("Runtime", (), {"interpret": False})})
+    monkeypatch.setitem(sys.modules, "triton", type("Triton", (), {"knobs": knobs}))
+    monkeypatch.setenv("GPUCOURSE_DEVICE", "cpu")
+    monkeypatch.delenv(kernels.TRITON_INTERPRET_ENV, raising=False)
+    with pytest.raises(RuntimeError, match="restart the kernel and call it before `import triton`"):
+        kernels.use_triton_gpu_or_interpreter(verbose=False)

@@ -420,3 +420,45 @@ def test_timelines_on_shared_time_axes_keep_every_bar_in_view():
         assert axes[0].get_xlim() == axes[1].get_xlim() == pytest.approx((0, 24 * 1.02))
     finally:
         plt.close(fig)
+
+
+PROFILE = [  # (name, row, start_us, duration_us, depth): a Linear inside a labelled block, then a ReLU, and a GPU kernel
+    ("block", "CPU thread 1", 0.0, 900.0, 0),
+    ("aten::linear", "CPU thread 1", 10.0, 500.0, 1),
+    ("aten::addmm", "CPU thread 1", 50.0, 400.0, 2),
+    ("aten::relu", "CPU thread 1", 600.0, 200.0, 1),
+    ("gemm_kernel", "GPU 0 kernels", 300.0, 650.0, 0),
+]
+
+
+def test_profile_timeline_draws_a_bar_per_op_on_its_row_in_microseconds(ax):
+    """One bar per event from start to end (µs under 1 ms), host threads above the GPU row, deeper ops lower and narrower."""
+    bars = plots.profile_timeline(ax, PROFILE, label="measured on a test")
+    assert len(bars) == len(PROFILE)
+    assert [bar.get_x() for bar in bars] == [0.0, 10.0, 50.0, 600.0, 300.0]
+    assert [bar.get_width() for bar in bars] == [900.0, 500.0, 400.0, 200.0, 650.0]
+    assert [tick.get_text() for tick in ax.get_yticklabels()] == ["CPU thread 1", "GPU 0 kernels"]
+    block, linear, addmm, relu, kernel = bars
+    assert block.get_y() > kernel.get_y(), "the CPU row is drawn above the GPU row"
+    assert block.get_height() > linear.get_height() > addmm.get_height(), "each depth is narrower than its parent"
+    assert linear.get_height() == relu.get_height(), "ops of one depth have one height"
+    assert block.get_y() == linear.get_y() == addmm.get_y(), "children sit inside their parent, from its bottom edge"
+    assert ax.get_xlabel() == "time since the first op (µs)"
+    assert ax.get_xlim()[0] == 0 and 950.0 <= ax.get_xlim()[1] < 1000.0, ax.get_xlim()
+    assert "measured on a test" in ax.get_title() and "5 ops" in ax.get_title()
+
+
+def test_profile_timeline_switches_to_milliseconds_and_labels_only_bars_that_fit(ax):
+    """A trace of a millisecond or more is drawn in ms; a name is written only in a bar wide enough for it."""
+    events = [("aten::addmm", "CPU thread 1", 0.0, 4000.0, 0), ("aten::t", "CPU thread 1", 4000.0, 1.0, 0)]
+    bars = plots.profile_timeline(ax, events)
+    assert ax.get_xlabel() == "time since the first op (ms)"
+    assert [bar.get_x() for bar in bars] == [0.0, 4.0] and bars[0].get_width() == 4.0
+    assert [text.get_text() for text in ax.texts] == ["aten::addmm"], "the 1 µs bar is too narrow for a name"
+    assert "(measured)" in ax.get_title()
+
+
+def test_profile_timeline_rejects_an_empty_trace(ax):
+    """Nothing to draw is an error that says what to check."""
+    with pytest.raises(ValueError, match="no events"):
+        plots.profile_timeline(ax, [])

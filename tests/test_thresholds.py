@@ -81,6 +81,9 @@ TIMED_SIZES = {
     "test_transpose_speed": ("torch.randn(4096, 4096",),
     "test_uniform_speed": ("torch.randn(1 << 24",),
     "test_overlap_speed": ("[torch.randn(1 << 22).pin_memory() for _ in range(8)]",),
+    "test_fused_tail_speed": ("tail_inputs(4096, 1024)",),
+    "test_triton_speed": ('torch.randn(4096, 4096, device="cuda"), torch.randn(4096, device="cuda")',),
+    "test_batched_matmuls_speed": ("matmul_inputs(512, 16, 16, 16)",),
 }
 MODEL_SIZES = {
     "test_pairwise_speed": dict(n=200, m=150, d=4),
@@ -88,6 +91,9 @@ MODEL_SIZES = {
     "test_overlap_speed": dict(chunks=8, elements=1 << 22),
     "test_transpose_speed": dict(side=4096),
     "test_uniform_speed": dict(n=1 << 24, steps=1024),
+    "test_fused_tail_speed": dict(m=4096, n=1024),
+    "test_triton_speed": dict(m=4096, n=4096),
+    "test_batched_matmuls_speed": dict(batch=512, side=16),
 }
 
 

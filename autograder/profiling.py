@@ -1,0 +1,52 @@
+"""The grader's own op counts (module 06): evidence for ``fused_tail``'s bound, references for hidden tests.
+
+Counted the way the course teaches students to read a profile: every ATen op the profiler records
+during one call, nested ops included (the "# of Calls" column of ``prof.key_averages()``).
+This lives in :mod:`autograder`, not in the student-facing package, because counting ops is what
+module 06's assignment asks students to write (``count_ops``, ``dominant_op``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from gpucourse import devices
+
+
+def _profiled(fn, *args):
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:
+        output = fn(*args)
+        devices.synchronize()
+    return output, [event for event in prof.events() if event.name.startswith("aten::")]
+
+
+def op_counts(fn, *args) -> dict[str, int]:
+    """How many times each ATen op runs in one call ``fn(*args)``."""
+    return counted_call(fn, *args)[1]
+
+
+def counted_call(fn, *args) -> tuple[object, dict[str, int]]:
+    """``fn(*args)`` once, with the ATen ops it ran: (output, {op: calls})."""
+    output, events = _profiled(fn, *args)
+    return output, dict(Counter(event.name for event in events))
+
+
+def self_times(fn, *args) -> dict[str, float]:
+    """Each ATen op's self CPU time in one call ``fn(*args)``, in microseconds."""
+    totals: Counter = Counter()
+    for event in _profiled(fn, *args)[1]:
+        totals[event.name] += event.self_cpu_time_total
+    return dict(totals)
+
+
+def fresh_like(value):
+    """The same shapes and dtypes with new values: a warm-up call that compiles but cannot prime a cache."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return torch.randn_like(value)
+    if isinstance(value, list | tuple):
+        return type(value)(fresh_like(item) for item in value)
+    return value

@@ -1,0 +1,59 @@
+"""Tests of gpucourse.profiling: a real torch.profiler trace turned into plain events to draw."""
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from gpucourse import profiling
+from gpucourse.profiling import TraceEvent
+
+
+def linear_then_relu_profile():
+    """A profile of one labelled block: Linear (aten::linear → aten::addmm) then ReLU (aten::relu → aten::clamp_min)."""
+    layer = torch.nn.Linear(8, 4)
+    x = torch.randn(3, 8)
+    layer(x)  # first-call costs stay out of the trace
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with record_function("block"):
+            torch.relu(layer(x))
+    return prof
+
+
+def test_trace_events_gives_names_rows_and_nesting_depths():
+    """Each op comes with its thread's row and its depth under the labelled block, in start order."""
+    events = profiling.trace_events(linear_then_relu_profile(), max_events=None)
+    assert all(isinstance(event, TraceEvent) for event in events)
+    depth = {event.name: event.depth for event in events}
+    assert depth["block"] == 0, f"the record_function label is the outermost op, got depth {depth['block']}"
+    assert depth["aten::linear"] == 1 and depth["aten::relu"] == 1, f"ops called from the block sit at depth 1, got {depth}"
+    assert depth["aten::addmm"] == 2 and depth["aten::clamp_min"] == 2, f"ops called by linear/relu sit at depth 2, got {depth}"
+    names = [event.name for event in events]
+    assert names.index("aten::linear") < names.index("aten::addmm") < names.index("aten::relu"), names
+    rows = {event.row for event in events}
+    assert len(rows) == 1 and events[0].row.startswith("CPU thread "), f"one thread, one row named after it, got {rows}"
+    assert events[0].name == "block" and events[0].start_us == 0.0, f"times start at the first event, got {events[0]}"
+
+
+def test_trace_events_keeps_children_inside_their_parent():
+    """A child op starts and ends within its parent's span, in µs from the first event."""
+    events = {event.name: event for event in profiling.trace_events(linear_then_relu_profile(), max_events=None)}
+    for child, parent in (("aten::addmm", "aten::linear"), ("aten::linear", "block"), ("aten::clamp_min", "aten::relu")):
+        c, p = events[child], events[parent]
+        assert p.start_us <= c.start_us and c.start_us + c.duration_us <= p.start_us + p.duration_us + 1e-6, (child, c, parent, p)
+
+
+def test_trace_events_keeps_the_first_events_and_the_shallow_ones():
+    """max_events keeps the earliest events, max_depth drops deeper ones, max_ms cuts the window."""
+    prof = linear_then_relu_profile()
+    everything = profiling.trace_events(prof, max_events=None)
+    assert len(everything) > 4, f"expected a dozen or so events, got {len(everything)}"
+    assert profiling.trace_events(prof, max_events=3) == everything[:3]
+    shallow = profiling.trace_events(prof, max_events=None, max_depth=1)
+    assert [event.name for event in shallow] == ["block", "aten::linear", "aten::relu"], [event.name for event in shallow]
+    assert [event.name for event in profiling.trace_events(prof, max_events=None, max_ms=0.0)] == ["block"]
+
+
+def test_trace_events_of_an_empty_profile_is_empty():
+    """Nothing run inside the profiler: nothing to draw."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        pass
+    assert profiling.trace_events(prof) == []
