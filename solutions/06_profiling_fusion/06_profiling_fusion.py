@@ -104,23 +104,26 @@ def dominant_op(fn, *args):
 
 # %% nbgrader={"grade_id": "test_dominant_op", "grade": true, "points": 1}
 """dominant_op names the op with the most self time: the matmul inside a Linear, not the Linear."""
-wide = nn.Sequential(nn.Linear(2048, 2048), nn.ReLU())
-check.assert_equal(dominant_op(wide, torch.randn(1024, 2048)), "aten::addmm", name="dominant_op(Linear(2048, 2048) + ReLU)")
+wide = nn.Sequential(nn.Linear(4096, 512), nn.ReLU())
+check.assert_equal(dominant_op(wide, torch.randn(2048, 4096)), "aten::addmm", name="dominant_op(Linear(4096, 512) + ReLU)")
 ### BEGIN HIDDEN TESTS
 from autograder.profiling import self_times  # noqa: E402
 
 
 def clear_winner(fn, *args):
-    """The grader's own dominant op, asserted to dominate by 5x (else the case would test noise)."""
-    times = sorted(self_times(fn, *args).items(), key=lambda item: -item[1]) + [("none", 0.0)]
-    assert times[0][1] >= 5 * times[1][1], f"grader: {times[:2]} is no clear winner"
-    return times[0][0]
+    """The grader's own dominant op, by 5x at least: measured again if a busy machine paused another op."""
+    for _ in range(3):
+        times = sorted(self_times(fn, *args).items(), key=lambda item: -item[1]) + [("none", 0.0)]
+        if times[0][1] >= 5 * times[1][1]:
+            return times[0][0]
+    raise AssertionError(f"grader: {times[:2]} is no clear winner")
 
 
+# Each dominant op takes 20-200x the self time of the next: a pause of the process cannot change the answer.
 for label, fn, args in [
-    ("a convolution and a ReLU", nn.Sequential(nn.Conv2d(64, 64, 3, padding=1), nn.ReLU()), (torch.randn(16, 64, 64, 64),)),
-    ("a sort", functools.partial(torch.sort, dim=-1), (torch.randn(64, 32768),)),
-    ("a ReLU and a Linear", nn.Sequential(nn.ReLU(), nn.Linear(2048, 2048)), (torch.randn(1024, 2048),)),
+    ("a convolution and a ReLU", nn.Sequential(nn.Conv2d(128, 32, 3, padding=1), nn.ReLU()), (torch.randn(16, 128, 56, 56),)),
+    ("a wide Linear", nn.Sequential(nn.Flatten(), nn.Linear(8192, 256)), (torch.randn(2048, 8, 1024),)),
+    ("a Tanh and a Linear", nn.Sequential(nn.Tanh(), nn.Linear(8192, 4096)), (torch.randn(128, 8192),)),
 ]:
     check.assert_equal(dominant_op(fn, *args), clear_winner(fn, *args), name=f"dominant_op({label})")
 ### END HIDDEN TESTS
@@ -276,6 +279,8 @@ check_bias_gelu(bias_gelu_kernel, 1, 1, 16)
 # Modelled, not yet measured (gpucourse.thresholds.bias_gelu_speed); scripts/gpu_check.sh calibrates it on the first GPU run.
 SPEEDUP_NEEDED = {"cuda": 1.3}
 print(thresholds.describe("test_triton_speed", SPEEDUP_NEEDED["cuda"]))
+small_x, small_bias = torch.randn(7, 45, device=gpucourse.device()), torch.randn(45, device=gpucourse.device())  # first, a small call
+check.assert_close(triton_fused(small_x, small_bias), F.gelu(small_x + small_bias), rtol=1e-4, atol=1e-5, name="triton_fused on (7, 45)")
 if gpucourse.device_class() != "cuda":
     print("needs a GPU: there the kernel reads x once and writes out once, where eager torch makes two passes")
 else:
