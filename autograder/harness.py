@@ -36,7 +36,7 @@ from gpucourse.triton_compiler import signature_descriptor as triton_signature_d
 from gpucourse.triton_compiler import triton_compile_report
 
 from . import kernel_gate, protocol, sandbox, torch_gate
-from .clock import FairClock
+from .clock import FairClock, tree_cpu_seconds
 from .outcomes import Outcome
 from .skeleton import CellOrigin, Plan, TestItem, defined_names
 
@@ -432,16 +432,24 @@ class StudentFunction:
         is finished cannot pay. Baselines run the same way in a reference worker.
         """
         self.worker.ensure_started()
-        _result(self.name, self.worker.request(("load_block", self.name, [self.worker.marshal(a) for a in calls]), self.item_deadline()))
-        weights = torch.rand(4099, dtype=torch.float64) + 0.5  # odd length: no alignment with output shapes
-        devices.synchronize()
-        start = time.perf_counter()
-        reply = self.worker.request(("run_block", weights), self.item_deadline())
-        seconds = time.perf_counter() - start
-        digests = _result(self.name, reply)
-        outputs = _result(self.name, self.worker.request(("fetch_block",), self.item_deadline()))
+        block_file = self.worker.workdir / f".timed-block-{next(self.worker._ids)}.bin"
+        used_before = tree_cpu_seconds(self.worker.pids())
+        try:
+            inputs = protocol.map_tensors([self.worker.marshal(a) for a in calls], block_file)
+            _result(self.name, self.worker.request(("load_block", self.name, inputs), self.item_deadline()))
+            weights = torch.rand(4099, dtype=torch.float64) + 0.5  # odd length: no alignment with output shapes
+            devices.synchronize()
+            used_loading = tree_cpu_seconds(self.worker.pids()) - used_before
+            start, used_before = time.perf_counter(), tree_cpu_seconds(self.worker.pids())
+            reply = self.worker.request(("run_block", weights), self.item_deadline())
+            seconds = time.perf_counter() - start
+            used_running = tree_cpu_seconds(self.worker.pids()) - used_before
+            digests = _result(self.name, reply)
+            outputs = _result(self.name, self.worker.request(("fetch_block",), self.item_deadline()))
+        finally:
+            block_file.unlink(missing_ok=True)
         _check_digests(self.name, outputs, digests, weights)
-        return seconds, outputs
+        return _charged_seconds(seconds, used_running, used_loading, calls), outputs
 
 
 class KernelLaunch:
@@ -546,6 +554,23 @@ class ReferenceFunction:
 
     def drive_iterator(self, plan):
         return self.remote.drive_iterator(plan)
+
+
+# CPU a worker may spend loading a timed block: mapping its inputs (protocol.MappedTensor) and unpickling
+# the rest costs about a millisecond; more is work done on the inputs before the clock started.
+LOAD_CPU_ALLOWANCE = 0.003  # seconds per block
+LOAD_CPU_ALLOWANCE_PER_CALL = 0.0002
+
+
+def _charged_seconds(wall: float, used_running: float, used_loading: float, calls) -> float:
+    """The seconds a timed block is charged: its wall time, or the CPU time its worker used meanwhile
+    if more (threads beyond the one the grader allows), plus any CPU time the worker used between
+    receiving the inputs and "go" beyond what loading takes (outputs computed ahead of the clock).
+
+    Work queued on a GPU while loading uses almost no CPU, so on a GPU it is not caught this way.
+    """
+    allowance = LOAD_CPU_ALLOWANCE + LOAD_CPU_ALLOWANCE_PER_CALL * len(calls)
+    return max(wall, used_running) + max(0.0, used_loading - allowance)
 
 
 def _check_digests(name: str, outputs, digests, weights) -> None:

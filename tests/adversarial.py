@@ -326,6 +326,26 @@ _worker.do_run_block = _run_block
 _worker.do_fetch_block = _fetch_block
 """
 
+# Reaches into the worker and computes the whole block when its inputs arrive, before "go", so the
+# timed run only hands back outputs that already exist (digests and all). The CPU the worker used
+# between the inputs and "go" is charged to the timed run, so this is as slow as the loop it runs.
+PRECOMPUTED = """
+import gc
+
+_worker = next(o for o in gc.get_objects() if type(o).__name__ == "Worker")
+
+
+def _load_and_compute(name, calls):
+    calls = [_worker._bind(args) for args in calls]
+    function = _worker.namespace[name]
+    outputs = iter([function(*args) for args in calls])
+    _worker.block = (lambda *args: next(outputs), calls)
+    _worker.send("ok")
+
+
+_worker.do_load_block = _load_and_compute
+"""
+
 # Writes the header of a reply frame to the grader's pipe, then nothing more.
 PARTIAL_FRAME = """
 import os
@@ -547,6 +567,7 @@ def variants(course_root: Path, submissions_dir: Path, token: str = "probe") -> 
                      "notes.txt": Symlink(course_root / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.py")},
         "noisy": {name: nb(with_extra_cell(answer(NOISY_PAIRWISE), "imports", NOISE_CELL))},
         "forged_done": {name: nb(with_extra_cell(answer(LOOP), "imports", FORGED_DONE))},
+        "precomputed": {name: nb(with_extra_cell(answer(LOOP), "imports", PRECOMPUTED))},
     }
     for index in (1, 2):
         students[f"broadcasting_{index}"] = {name: nb(answer(BROADCASTING))}

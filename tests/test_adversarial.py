@@ -260,11 +260,12 @@ EXPECTED = {
     "snooping": expect(),
     "noisy": expect(),
     "forged_done": expect(**SPEED_FAILS),
+    "precomputed": expect(**SPEED_FAILS),
 }
 UNREADABLE = {"malformed"}
 
 # Speed-item failures that must come from the timing (not from a wrong output).
-TOO_SLOW = ["slow_loop", "patched_clock", "patched_timing", "patched_baseline", "cache_by_value"]
+TOO_SLOW = ["slow_loop", "patched_clock", "patched_timing", "patched_baseline", "cache_by_value", "precomputed"]
 
 
 def check_items(report: StudentReport, expected: dict[str, set[str]]) -> None:

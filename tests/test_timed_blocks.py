@@ -1,0 +1,73 @@
+"""What a timed block costs the student's worker: inputs mapped, not copied; CPU spent before "go" charged."""
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from autograder import harness, protocol
+from autograder.clock import tree_cpu_seconds
+from autograder.worker import Worker, output_digest
+
+
+def test_mapped_tensors_come_back_equal_with_their_strides(tmp_path):
+    base = torch.randn(1000, 100)
+    calls = [(torch.randn(300, 200), base[:, ::3], torch.arange(10), 2.5), (base.t(),)]
+    mapped = pickle.loads(pickle.dumps(protocol.map_tensors(calls, tmp_path / "block.bin")))  # as the worker receives them
+    assert [type(v).__name__ for v in mapped[0]] == ["MappedTensor", "MappedTensor", "Tensor", "float"]  # small ones travel as they are
+    opened = [[value.open() if isinstance(value, protocol.MappedTensor) else value for value in call] for call in mapped]
+    for mine, theirs in zip([v for call in calls for v in call], [v for call in opened for v in call]):
+        if isinstance(mine, torch.Tensor):
+            assert torch.equal(mine, theirs) and mine.stride() == theirs.stride() and mine.dtype == theirs.dtype
+    opened[0][0].zero_()  # copy-on-write: the student's in-place change stays in their process
+    assert not torch.equal(protocol.MappedTensor.open(mapped[0][0]), opened[0][0])
+
+
+def test_the_worker_binds_mapped_tensors(tmp_path):
+    [[mapped]] = protocol.map_tensors([[torch.ones(100, 1000)]], tmp_path / "block.bin")
+    bound = Worker._bind(object.__new__(Worker), [mapped])
+    assert torch.equal(bound[0], torch.ones(100, 1000))
+
+
+def test_tree_cpu_counts_threads_that_ended_and_children():
+    burn = ("import threading, time\n"
+            "def burn():\n    t = time.process_time()\n    while time.process_time() - t < 0.3:\n        pass\n"
+            "thread = threading.Thread(target=burn)\nthread.start()\nthread.join()\ntime.sleep(30)\n")
+    parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {burn!r}])\ntime.sleep(30)"],
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while tree_cpu_seconds([parent.pid]) < 0.3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert 0.3 <= tree_cpu_seconds([parent.pid]) < 5  # the child's ended thread is in, with both start-ups
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
+
+
+@pytest.mark.parametrize("wall, running, loading, calls, expected", [
+    (0.020, 0.019, 0.001, 10, 0.020),  # an honest block: its wall time
+    (0.020, 0.040, 0.001, 10, 0.040),  # two threads busy: charged their CPU time
+    (0.005, 0.004, 0.105, 10, 0.005 + 0.105 - harness.LOAD_CPU_ALLOWANCE - 10 * harness.LOAD_CPU_ALLOWANCE_PER_CALL),  # work before "go"
+])
+def test_a_block_is_charged_what_its_worker_used(wall, running, loading, calls, expected):
+    assert harness._charged_seconds(wall, running, loading, [()] * calls) == pytest.approx(expected)
+
+
+def test_cpu_digests_are_exact_and_keyed():
+    weights = torch.rand(4099, dtype=torch.float64) + 0.5
+    output = torch.randn(300, 7)
+    digest = output_digest(output, weights)
+    assert isinstance(digest, int) and digest == output_digest(output.clone(), weights)
+    nudged = output.clone()
+    nudged[123, 4] = torch.nextafter(nudged[123, 4], torch.tensor(10.0))
+    assert output_digest(nudged, weights) != digest  # one ulp of one element
+    assert output_digest(output, torch.rand(4099, dtype=torch.float64) + 0.5) != digest  # a new key, a new digest
+    harness._check_digests("f", [output], [digest], weights)
+    with pytest.raises(AssertionError, match="not those the timed run produced"):
+        harness._check_digests("f", [nudged], [digest], weights)
