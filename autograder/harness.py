@@ -449,6 +449,8 @@ class StudentFunction:
         finally:
             block_file.unlink(missing_ok=True)
         _check_digests(self.name, outputs, digests, weights)
+        if devices.device_class() == "cuda":
+            used_loading = 0.0  # a GPU grader's worker copies and pins inputs as it loads them: CPU that is not a cheat
         return _charged_seconds(seconds, used_running, used_loading, calls), outputs
 
 
