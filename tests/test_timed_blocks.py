@@ -71,3 +71,18 @@ def test_cpu_digests_are_exact_and_keyed():
     harness._check_digests("f", [output], [digest], weights)
     with pytest.raises(AssertionError, match="not those the timed run produced"):
         harness._check_digests("f", [nudged], [digest], weights)
+
+
+@pytest.mark.slow
+def test_compile_caches_live_in_each_workers_own_folder(tmp_path):
+    """torch.compile's cache (Inductor's) is in the worker's own folder, so no other student, and no
+    runner that counts this student's ops, ever loads what this worker compiled."""
+    from autograder import skeleton
+    from autograder.skeleton import Plan
+
+    cell = "from torch._inductor.runtime.cache_dir_utils import cache_dir\n\ndef where():\n    return cache_dir()\n"
+    test = skeleton.TestItem("test_where", 1.0, f"assert where().startswith({str(tmp_path / 'work')!r} + '/'), where()")
+    plan = Plan(context=[], student_cells=[cell], items=[test], api_names=["where"])
+    (tmp_path / "work").mkdir()
+    [item] = harness.grade(plan, tmp_path / "work").items
+    assert item.outcome == "passed", item.message

@@ -142,6 +142,14 @@ for label, fn, args in [
 # - the speed, on fresh 4096 × 1024 float32 inputs (2 points): at least 1.3× faster than `tail_eager` on a CPU (the reference solution, compiled, measured 1.6-2.4× on a 2-core CPU, one thread, in this notebook and under the grader: the GELU's erf costs the same fused or not, the passes over memory are what fusion saves), and 2× on a GPU. Compilation happens in the untimed warm-up call.
 #   The GPU threshold is modelled, not yet measured (`gpucourse.thresholds`: 10 passes over memory down to 3, about 3.4× on every card in `gpu_specs`: V100, T4, A100, L4, H100, H200); `scripts/gpu_check.sh` will calibrate it on the first GPU run.
 #
+# The answer cell below starts empty; its shape is
+#
+# ```python
+# @torch.compile  # one way; any that keeps to torch operations
+# def fused_tail(x, bias, residual):
+#     ...
+# ```
+#
 # About 3 lines.
 
 # %% nbgrader={"grade_id": "tail_setup", "locked": true}
@@ -216,7 +224,16 @@ check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="fused
 # - the kernel (2 points), launched by the tests themselves on shapes that are not multiples of the block, with a guard zone after the output that must stay untouched. When graded, your kernel's source is compiled by Triton for a real GPU (sm_80) first, then run in a fresh process that holds only that source: a kernel body must be Triton code (no torch inside: the interpreter would run it, a GPU would not).
 # - on a GPU, `triton_fused` against the eager `F.gelu(x + bias)` on 4096 × 4096 float32 (2 points): at least 1.3×. That threshold is modelled, not yet measured (`gpucourse.thresholds`: one pass instead of two over memory, 2× on every card in `gpu_specs`: V100, T4, A100, L4, H100, H200); `scripts/gpu_check.sh` will calibrate it on the first GPU run.
 #
-# About 10 lines.
+# The answer cell below starts empty; its shape is
+#
+# ```python
+# @triton.jit
+# def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, n_elements, n_cols, BLOCK: tl.constexpr):
+#     offsets = ...  # this program's BLOCK elements
+#     ...
+# ```
+#
+# About 10 lines, with the launcher.
 
 # %% nbgrader={"grade_id": "bias_gelu_kernel", "solution": true}
 ### BEGIN SOLUTION
