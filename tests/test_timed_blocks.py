@@ -86,3 +86,23 @@ def test_compile_caches_live_in_each_workers_own_folder(tmp_path):
     (tmp_path / "work").mkdir()
     [item] = harness.grade(plan, tmp_path / "work").items
     assert item.outcome == "passed", item.message
+
+
+@pytest.mark.slow
+def test_a_second_thread_is_charged_its_cpu_time(tmp_path):
+    """A timed function that runs its matmul on two threads, against the same matmul on the one thread the
+    grader allows: charged the CPU time both threads used, it is no faster (on two free cores its wall time halves)."""
+    from autograder import skeleton
+    from autograder.skeleton import Plan
+
+    setup = "import torch\nfrom gpucourse import check, timing\n\ndef one_thread(a, b):\n    return a @ b\n"
+    student = ("import torch\n\ndef two_threads(a, b):\n    torch.set_num_threads(2)\n    try:\n        return a @ b\n"
+               "    finally:\n        torch.set_num_threads(1)\n")
+    test = ("result = timing.compare_speed(one_thread, two_threads, lambda: (torch.randn(768, 768), torch.randn(768, 768)),\n"
+            "                              check=lambda args, out: check.assert_close(out, args[0] @ args[1], rtol=1e-3, atol=1e-3))\n"
+            "assert result.speedup < 1.3, f'the second thread was not charged: {result}'\n")
+    plan = Plan(context=[setup], student_cells=[setup, student], items=[skeleton.TestItem("test_threads", 1.0, test)],
+                api_names=["two_threads"])
+    (tmp_path / "work").mkdir()
+    [item] = harness.grade(plan, tmp_path / "work").items
+    assert item.outcome == "passed", item.message
