@@ -47,23 +47,33 @@ def output_digest(output, weights: torch.Tensor, on_gpu: bool | None = None) -> 
     Sent when the clock stops and checked against the outputs fetched afterwards: code that
     reports "done" before computing its outputs cannot match it, and it cannot be worked out
     more cheaply than the outputs themselves. It is part of the timed run, so it must cost little
-    beside the work: for an output on the CPU, a CRC-32 of its bytes after the key's (an int: exact,
-    one fast pass, where a float64 dot product cost 36 ms for 4 M floats, more than module 06's fused
-    kernel); on a GPU, a float64 dot product with the weights computed there (a float: no copy to
-    the host). ``on_gpu`` picks the kind when checking a fetched output (by the kind reported).
+    beside the work: for an output on the CPU, the wrapping sum of its bytes as 64-bit words, salted
+    with the key (an int: exact whatever the order of the additions, and one vectorised pass: 0.1 ms
+    for 2 M floats, where a CRC-32 took 2 ms and a float64 dot product 36 ms for 4 M floats, as long
+    as module 06's fused kernel); on a GPU, a float64 dot product with the weights computed there (a
+    float: no copy to the host). ``on_gpu`` picks the kind when checking a fetched output (by the
+    kind reported).
     """
     if type(output) is np.ndarray and output.dtype.kind in "biuf":
         output = torch.from_numpy(np.ascontiguousarray(output))
     if type(output) is not torch.Tensor or output.is_complex():
         return None
     if not (output.device.type != "cpu" if on_gpu is None else on_gpu):
-        data = output.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
-        return zlib.crc32(data, zlib.crc32(weights.numpy().tobytes()))
+        return _word_sum(output.detach().contiguous().reshape(-1).view(torch.uint8), zlib.crc32(weights.numpy().tobytes()))
     flat = output.detach().reshape(-1).to(torch.float64)
     if flat.numel() == 0:
         return 0.0
     repeats = -(-flat.numel() // weights.numel())
     return float(flat @ weights.to(flat.device).repeat(repeats)[: flat.numel()])
+
+
+def _word_sum(raw: torch.Tensor, key: int) -> int:
+    """The bytes ``raw`` (uint8, contiguous) summed as 64-bit words modulo 2**64, with their tail and
+    length, salted with ``key``."""
+    whole = raw.numel() // 8 * 8
+    words = int(raw[:whole].view(torch.int64).sum()) if whole else 0
+    tail = int.from_bytes(raw[whole:].numpy().tobytes(), "little")
+    return (words + 0x9E3779B97F4A7C15 * tail + key * (raw.numel() + 1)) % 2**64
 
 
 def to_plain(value, depth: int = 0):
