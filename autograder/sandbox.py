@@ -119,6 +119,11 @@ def worker_environment(workdir: Path, threads: int) -> dict[str, str]:
         "MPLBACKEND": "Agg",
         "PYTHONDONTWRITEBYTECODE": "1",
         "LANG": "C.UTF-8",
+        # glibc's malloc keeps large freed blocks for reuse instead of returning each to the system:
+        # otherwise a timed call's tensors may be fresh pages (faulted in and zeroed) in one worker and
+        # reused memory in another, depending on what ran there before (2.5x on module 06's eager tail).
+        "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
+        "MALLOC_TRIM_THRESHOLD_": str(1 << 31),
     }
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[name] = str(threads)

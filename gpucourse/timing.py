@@ -202,8 +202,8 @@ def compare_speed(
                 fn(*makers[name]())
         # Blocks grow until one lasts block_seconds, so a fixed cost per block (a clock read,
         # or the round trip to another process) is small against the calls it times.
-        calls = {"baseline": _calls_per_block(baseline, makers["baseline"], block_seconds, max_calls_per_block),
-                 "candidate": _calls_per_block(candidate, make_inputs, block_seconds, max_calls_per_block)}
+        calls = {name: _calls_per_block(fn, makers[name], block_seconds, _max_calls(max_calls_per_block, makers[name]()))
+                 for name, fn in (("baseline", baseline), ("candidate", candidate))}
         per_call = {"baseline": [], "candidate": []}
         for round_index in range(rounds):
             order = (("baseline", baseline), ("candidate", candidate))
@@ -235,6 +235,27 @@ def speed_result(baseline_times: Sequence[float], candidate_times: Sequence[floa
         device=device,
         num_threads=num_threads,
     )
+
+
+# A block's inputs together stay under this: a function that answers at once (a cache, say) would
+# otherwise be handed thousands of large inputs to last block_seconds (9 GB for module 06's tail).
+BLOCK_INPUT_BYTES = 256 * 1024**2
+
+
+def _max_calls(max_calls: int, sample_inputs: Sequence) -> int:
+    return max(1, min(max_calls, BLOCK_INPUT_BYTES // max(1, _nbytes(sample_inputs))))
+
+
+def _nbytes(value) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.nbytes
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, list | tuple):
+        return sum(_nbytes(item) for item in value)
+    if isinstance(value, dict):
+        return sum(_nbytes(item) for item in value.values())
+    return 0
 
 
 def _calls_per_block(fn: Callable, make_inputs: Callable, block_seconds: float, max_calls: int) -> int:

@@ -161,3 +161,20 @@ def test_measure_times_at_least_min_blocks_blocks_even_when_one_block_fills_min_
     assert 0.015 < result.median < 0.1, result
     with pytest.raises(ValueError, match="min_blocks must be at least 1, got 0"):
         timing.measure(slow, min_blocks=0)
+
+
+def test_a_block_of_large_inputs_stays_under_the_byte_budget(monkeypatch):
+    """A candidate that answers at once on 8 MB inputs is handed blocks of at most BLOCK_INPUT_BYTES, not a thousand calls."""
+    monkeypatch.setattr(timing, "BLOCK_INPUT_BYTES", 64 * 1024**2)
+    seen = []
+
+    def instant(x):
+        return x
+
+    def counting_block(fn, inputs):
+        seen.append(len(inputs))
+        return 1e-6 * len(inputs), [fn(*args) for args in inputs]
+
+    monkeypatch.setattr(timing, "_timed_block", counting_block)
+    timing.compare_speed(instant, instant, lambda: (torch.empty(2 * 1024**2),), rounds=2)
+    assert max(seen) == 8, seen  # 64 MB / 8 MB
