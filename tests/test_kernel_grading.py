@@ -329,8 +329,9 @@ VARIANTS_06 = {
     ), "test_count_ops", "expected"),
     # Total time instead of self time: the Linear (which holds the matmul) wins.
     "total_time": ("dominant_op", lambda given: given.replace("self_cpu_time_total", "cpu_time_total"), "test_dominant_op", "expected 'aten::addmm'"),
-    # The eager chain: right values, every op still there, no faster.
-    "eager_tail": ("fused_tail", EAGER_TAIL, ("test_fused_tail_ops", "test_fused_tail_speed"), "fused_tail"),
+    # The eager chain: right values, every op still there. (Its speed item is not asserted: eager against eager
+    # measures 1.0-1.1x on a quiet machine, but a heavily loaded one has measured 1.3x; the op count is what catches it.)
+    "eager_tail": ("fused_tail", EAGER_TAIL, "test_fused_tail_ops", "at most 2 allowed"),
     # The last result kept per shape: fast, and wrong on the second call of a shape.
     "cached_tail": ("fused_tail", (
         "_compiled = torch.compile(lambda x, bias, residual: F.gelu(x + bias) * SCALE + residual)\n_last = {}\n\n"
