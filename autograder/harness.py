@@ -132,17 +132,9 @@ class StudentWorker:
         that kernel run: in numba's simulator when ``simulated`` (observed launches, and every launch
         on a CPU grader), else on the grader's GPU. The student's other code never ran there, so what
         its observers count is evidence (the rule of docs/authoring.md, section 6)."""
-        key = f"{'sim' if simulated else 'gpu'}-{source.digest[:16]}"
-        runner = self.runners.get(key)
-        if runner is None:
-            folder = self.workdir.parent / f"{self.workdir.name}.kernel-{key}"
-            folder.mkdir(exist_ok=True)
-            preamble = {("numba", True): SIMULATOR_PREAMBLE, ("numba", False): GPU_PREAMBLE,
-                        ("triton", True): TRITON_INTERPRETER_PREAMBLE, ("triton", False): TRITON_GPU_PREAMBLE}[source.language, simulated]
-            runner = StudentWorker([preamble, source.text], folder, self.limits, self.hidden_paths, self.clock, self.compiler_required)
-            self.runners[key] = runner
-        runner.ensure_started()
-        return runner
+        preamble = {("numba", True): SIMULATOR_PREAMBLE, ("numba", False): GPU_PREAMBLE,
+                    ("triton", True): TRITON_INTERPRETER_PREAMBLE, ("triton", False): TRITON_GPU_PREAMBLE}[source.language, simulated]
+        return self._runner(f"kernel-{'sim' if simulated else 'gpu'}-{source.digest[:16]}", [preamble, source.text])
 
     def profile_runner(self, name: str) -> StudentWorker:
         """A fresh process holding only the assignment's setup cells and the answer cell that defines
@@ -155,12 +147,15 @@ class StudentWorker:
         except torch_gate.UncountableSource as refused:
             raise _from_student(f"{name}: its cell cannot be counted by the grader ({refused}); "
                                 "keep it to torch operations and torch.compile") from None
-        key = f"profile-{hashlib.sha256(cell.encode()).hexdigest()[:16]}"
+        return self._runner(f"profile-{hashlib.sha256(cell.encode()).hexdigest()[:16]}", [*setup_cells, cell])
+
+    def _runner(self, key: str, cells: list[str]) -> StudentWorker:
+        """The started runner ``key`` (a fresh process in a folder of its own, holding only ``cells``), made once."""
         runner = self.runners.get(key)
         if runner is None:
             folder = self.workdir.parent / f"{self.workdir.name}.{key}"
             folder.mkdir(exist_ok=True)
-            runner = StudentWorker([*setup_cells, cell], folder, self.limits, self.hidden_paths, self.clock, self.compiler_required)
+            runner = StudentWorker(cells, folder, self.limits, self.hidden_paths, self.clock, self.compiler_required)
             self.runners[key] = runner
         runner.ensure_started()
         return runner

@@ -391,12 +391,12 @@ def _helpers_for(text: str) -> list[tuple[str, str]]:
     return [helper for helper in helpers if f"{helper[0]}." in text]
 
 
-def _describe(value) -> str:
-    """A few words for a value a kernel may not use."""
+def _describe(value, decorator: str = "@cuda.jit(device=True)") -> str:
+    """A few words for a value a kernel may not use (``decorator`` makes a plain function callable from one)."""
     if isinstance(value, types.ModuleType):
         return f"the module {value.__name__}"
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
-        return "a plain Python function; decorate it with @cuda.jit(device=True) to call it from a kernel"
+        return f"a plain Python function; decorate it with {decorator} to call it from a kernel"
     if isinstance(value, type):
         return f"the class {value.__name__}"
     kind = type(value)

@@ -22,6 +22,7 @@ from .kernel_source import (
     KernelSource,
     KernelSourceError,
     SourceLine,
+    _describe,
     _function_text,
     _global_uses,
     _literal,
@@ -88,7 +89,7 @@ class _Collector:
             return
         section, text = _emit(name, value)
         if text is None:
-            raise _refusal(function, line, f"{function.__name__} uses the global `{name}` ({_describe(value)}): {RULE}")
+            raise _refusal(function, line, f"{function.__name__} uses the global `{name}` ({_describe(value, '@triton.jit')}): {RULE}")
         self._bind(name, section, text, function)
 
     def _bind(self, name: str, section: str, text: str, user) -> None:
@@ -169,16 +170,3 @@ def _triton_language_member(value) -> tuple[str, str] | None:
                 return module_name, attribute
     return None
 
-
-def _describe(value) -> str:
-    if isinstance(value, types.ModuleType):
-        return f"the module {value.__name__}"
-    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
-        return "a plain Python function; decorate it with @triton.jit to call it from a kernel"
-    if isinstance(value, type):
-        return f"the class {value.__name__}"
-    kind = type(value)
-    if kind.__module__ == "builtins":
-        article = "an" if kind.__name__[0] in "aeiou" else "a"
-        return f"{article} {kind.__name__}"
-    return f"an object of type {kind.__module__}.{kind.__qualname__}"
