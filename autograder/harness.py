@@ -35,7 +35,7 @@ from gpucourse.triton_compiler import describe_signature as describe_triton_sign
 from gpucourse.triton_compiler import signature_descriptor as triton_signature_descriptor
 from gpucourse.triton_compiler import triton_compile_report
 
-from . import kernel_gate, protocol, sandbox, torch_gate
+from . import kernel_gate, njit_gate, protocol, sandbox, torch_gate
 from .clock import FairClock, tree_cpu_seconds
 from .outcomes import Outcome
 from .skeleton import CellOrigin, Plan, TestItem, defined_names
@@ -148,6 +148,17 @@ class StudentWorker:
             raise _from_student(f"{name}: its cell cannot be counted by the grader ({refused}); "
                                 "keep it to torch operations and torch.compile") from None
         return self._runner(f"profile-{hashlib.sha256(cell.encode()).hexdigest()[:16]}", [*setup_cells, cell])
+
+    def njit_runner(self, name: str) -> StudentWorker:
+        """A fresh process holding only the assignment's setup cells and the answer cell that defines
+        ``name``, checked first to be nothing but the student's own compiled loops (:mod:`autograder.njit_gate`):
+        where the grader calls and times the function, and counts its intrinsic calls."""
+        cell = self._answer_cell(name)
+        try:
+            njit_gate.check_own_loops(cell)
+        except njit_gate.NotOwnLoops as refused:
+            raise _from_student(f"{name}: its cell is not only your own compiled loops ({refused})") from None
+        return self._runner(f"njit-{hashlib.sha256(cell.encode()).hexdigest()[:16]}", [*self.setup[0], cell])
 
     def _runner(self, key: str, cells: list[str]) -> StudentWorker:
         """The started runner ``key`` (a fresh process in a folder of its own, holding only ``cells``), made once."""
@@ -321,6 +332,8 @@ class StudentWorker:
             return converted if isinstance(value, list) else tuple(converted)
         if isinstance(value, dict):
             return {key: self.marshal(item) for key, item in value.items()}
+        if callable(value) and _course_function(value):
+            return protocol.LibraryFunction(value.__module__, value.__name__)
         if callable(value) and not isinstance(value, torch.Tensor) and not _importable(value):
             callback_id = next(self._ids)
             self.callbacks[callback_id] = value
@@ -357,6 +370,28 @@ class StudentFunction:
         if not isinstance(reply, dict) or not isinstance(reply.get("ops"), dict):
             raise StudentError(f"{self.name}: the counted call did not report back")
         return reply["output"], reply["ops"]
+
+    def njit_only(self) -> StudentFunction:
+        """This function as it runs in its njit runner (:meth:`StudentWorker.njit_runner`): calls and timed
+        blocks go there, where only the setup cells and its checked answer cell ran."""
+        runner = self.worker.njit_runner(self.name)
+        return StudentFunction(runner, self.name, self.item_deadline)
+
+    def mma_calls(self, a, b) -> int:
+        """How many times ``self(a, b, mma)`` calls the intrinsic, after checking (here) that the calls did all
+        of ``a @ b``'s work (:func:`gpucourse.intrinsics.check_log`); run with the grader's logging intrinsic
+        in the function's njit runner."""
+        from gpucourse.intrinsics import check_log, new_key
+
+        key = new_key()
+        runner = self.worker.njit_runner(self.name)
+        reply = _result(self.name, runner.request(("call_logged_mma", self.name, a, b, key), self.item_deadline()))
+        if not isinstance(reply, dict) or not isinstance(reply.get("calls"), list):
+            raise StudentError(f"{self.name}: the logged call did not report back")
+        calls = [tuple(call) for call in reply["calls"] if isinstance(call, list | tuple) and len(call) == 2]
+        if len(calls) != len(reply["calls"]):
+            raise StudentError(f"{self.name}: the logged call reported malformed calls")
+        return check_log(a, b, reply["output"], calls, key, name=self.name)
 
     def drive_iterator(self, plan):
         """Consume the generator the student's function returns as :func:`gpucourse.loading.run_loader`
@@ -641,6 +676,16 @@ def _dtype(name: str) -> torch.dtype:
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"unknown dtype {name!r}")
     return dtype
+
+
+def _course_function(fn) -> bool:
+    """A function of the course's package, passed by name (the worker imports it): ``gpucourse.intrinsics.mma_16x16``."""
+    module, name = getattr(fn, "__module__", None) or "", getattr(fn, "__name__", "")
+    if not module.startswith("gpucourse."):
+        return False
+    import importlib
+
+    return getattr(importlib.import_module(module), name, None) is fn
 
 
 def _importable(fn) -> bool:

@@ -13,6 +13,7 @@ differently on purpose:
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import mmap
 import os
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 
 _HEADER = struct.Struct("!Q")
@@ -35,6 +37,22 @@ class Callback:
 
     def __init__(self, callback_id: int):
         self.callback_id = callback_id
+
+
+@dataclass(frozen=True)
+class LibraryFunction:
+    """In an argument sent to the worker: a function of the course's package (``gpucourse.intrinsics.mma_16x16``),
+    which the worker takes from its own import of the package instead of calling back into the harness."""
+
+    module: str
+    name: str
+
+    def open(self):
+        import importlib
+
+        if not self.module.startswith("gpucourse."):
+            raise ValueError(f"not a course function: {self.module}.{self.name}")
+        return getattr(importlib.import_module(self.module), self.name)
 
 
 @dataclass(frozen=True)
@@ -54,12 +72,14 @@ class MappedTensor:
     size: tuple
     stride: tuple
     storage_offset: int
+    numpy: bool = False  # a numpy array in the arguments: opened as one
 
-    def open(self) -> torch.Tensor:
+    def open(self):
         with open(self.path, "rb") as file:
             mapped = mmap.mmap(file.fileno(), self.nbytes, access=mmap.ACCESS_COPY, offset=self.offset)
         storage = torch.frombuffer(mapped, dtype=torch.uint8).view(getattr(torch, self.dtype))
-        return storage.as_strided(self.size, self.stride, self.storage_offset)
+        tensor = storage.as_strided(self.size, self.stride, self.storage_offset)
+        return tensor.numpy() if self.numpy else tensor
 
 
 MAPPED_MIN_BYTES = 1 << 16  # smaller tensors are cheaper to pickle than to map
@@ -73,6 +93,9 @@ def map_tensors(value, path: Path):
 
 
 def _mapped(value, file, path: Path):
+    if type(value) is np.ndarray and value.dtype.kind in "biuf" and value.nbytes >= MAPPED_MIN_BYTES:
+        mapped = _mapped(torch.from_numpy(value), file, path)
+        return dataclasses.replace(mapped, numpy=True) if isinstance(mapped, MappedTensor) else value
     if isinstance(value, list | tuple):
         converted = [_mapped(item, file, path) for item in value]
         return converted if isinstance(value, list) else tuple(converted)

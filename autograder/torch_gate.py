@@ -114,7 +114,7 @@ def _top_level(statement: ast.stmt, scope: _Scope) -> None:
         name = _name_text(statement.targets[0].id, statement)
         if _is_compile_call(statement.value):
             _compile_call(statement.value, scope)
-        elif _is_immutable_literal(statement.value):
+        elif is_immutable_literal(statement.value):
             scope.constants.add(name)
         else:
             _refuse(statement, f"`{name}` is not a literal constant (numbers, strings, tuples) or a torch.compile'd function")
@@ -151,7 +151,7 @@ def _function(definition: ast.FunctionDef | ast.Lambda, scope: _Scope) -> None:
     every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg]
     names = {_name_text(a.arg, definition) for a in every if a is not None}
     for default in [*arguments.defaults, *(d for d in arguments.kw_defaults if d is not None)]:
-        if not _is_immutable_literal(default):
+        if not is_immutable_literal(default):
             _refuse(default, "a default argument must be a literal (numbers, strings, tuples)")
     if isinstance(definition, ast.Lambda):
         scope.locals.append(names)
@@ -405,15 +405,15 @@ def _compile_options(node: ast.Call) -> None:
             _refuse(keyword, f"torch.compile may take only literal {allowed} here (got `{ast.unparse(keyword)}`)")
 
 
-def _is_immutable_literal(node: ast.expr) -> bool:
+def is_immutable_literal(node: ast.expr) -> bool:
     if isinstance(node, ast.Constant):
         return True
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-        return _is_immutable_literal(node.operand)
+        return is_immutable_literal(node.operand)
     if isinstance(node, ast.BinOp):  # 1 / math.sqrt(2) is not a literal; 2 ** 0.5 is
-        return _is_immutable_literal(node.left) and _is_immutable_literal(node.right)
+        return is_immutable_literal(node.left) and is_immutable_literal(node.right)
     if isinstance(node, ast.Tuple):
-        return all(_is_immutable_literal(item) for item in node.elts)
+        return all(is_immutable_literal(item) for item in node.elts)
     return False
 
 

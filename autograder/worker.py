@@ -220,6 +220,14 @@ class Worker:
         output, ops = counted_call(function, *args)
         self.send("return", {"output": to_plain(output), "ops": ops})
 
+    def do_call_logged_mma(self, name: str, a, b, key) -> None:
+        """``name(a, b, mma)`` with an intrinsic that records its operands (a runner that holds only the
+        setup cells and the checked answer cell: :meth:`autograder.harness.StudentWorker.njit_runner`)."""
+        from gpucourse.intrinsics import logged_call
+
+        output, calls = logged_call(self.namespace[name], a, b, key)
+        self.send("return", {"output": to_plain(output), "calls": to_plain(calls)})
+
     def do_iterate(self, name: str, args, kwargs) -> None:
         """Call a function that returns an iterator (a generator), kept for ``next`` and ``close``."""
         self._set_threads(self._threads)
@@ -297,7 +305,7 @@ class Worker:
         and mapped tensors (a timed block's inputs) by the tensors they map."""
         if isinstance(value, protocol.Callback):
             return self._callback(value.callback_id)
-        if isinstance(value, protocol.MappedTensor):
+        if isinstance(value, protocol.MappedTensor | protocol.LibraryFunction):
             return value.open()
         if isinstance(value, tuple):
             return tuple(self._bind(item) for item in value)

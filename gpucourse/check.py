@@ -7,6 +7,7 @@ measured ratio against the required one, for the device class they ran on.
 
 from __future__ import annotations
 
+import linecache
 import math
 
 import numpy as np
@@ -143,3 +144,48 @@ def counted_call(fn, *args, counter):
         return trusted(*args)
     output = fn(*args)
     return output, counter(fn, *args)
+
+
+def njit_only(fn):
+    """``fn``, held to being its answer cell's own compiled loops (module 07): an ``@njit`` function whose
+    cell passes :mod:`autograder.njit_gate` (no NumPy matmul, no other code; the message names the line).
+
+    Under grading, the returned stand-in calls and times the function in a process that holds only the
+    setup cells and that cell (the course's evidence rule); here the cell is checked as the grader will.
+    """
+    trusted = getattr(fn, "njit_only", None)
+    if trusted is not None:
+        return trusted()
+    name = getattr(fn, "__name__", "the function")
+    py_func = getattr(fn, "py_func", None)
+    if py_func is None:
+        raise AssertionError(f"{name} is not compiled with numba's @njit: put @njit on the line above its def")
+    cell = "".join(linecache.getlines(py_func.__code__.co_filename))
+    if not cell:
+        print(f"{name}: its cell's source is not available here, so the grader's check on it was not run")
+        return fn
+    from autograder.njit_gate import NotOwnLoops, check_own_loops
+
+    try:
+        check_own_loops(cell)
+    except NotOwnLoops as refused:
+        raise AssertionError(f"{name}: the grader will refuse its cell: {refused}") from None
+    return fn
+
+
+def mma_calls(fn, a, b) -> int:
+    """How many times ``fn(a, b, mma)`` calls the intrinsic ``mma`` (module 07), checked to be the calls that
+    did the work: one per pair of (zero-padded) input tiles, each output tile built from their results
+    (:func:`gpucourse.intrinsics.check_log`; raises AssertionError naming what is wrong).
+
+    Under grading the calls are logged by the grader in a process that holds only the setup cells and
+    ``fn``'s answer cell, and checked by the grader.
+    """
+    trusted = getattr(fn, "mma_calls", None)
+    if trusted is not None:
+        return trusted(a, b)
+    from .intrinsics import check_log, logged_call, new_key
+
+    key = new_key()
+    output, calls = logged_call(fn, a, b, key)
+    return check_log(a, b, output, calls, key, name=getattr(fn, "__name__", "the function"))

@@ -184,6 +184,19 @@ def batched_matmuls_speed(card: gpu_specs.GPUSpec, batch: int = 512, side: int =
     return SpeedModel("test_batched_matmuls_speed", card.name, loop, batched, bound)
 
 
+def triton_matmul_speed(card: gpu_specs.GPUSpec, n: int = 4096) -> SpeedModel:
+    """07 test_triton_matmul_speed: ``torch.matmul`` (cuBLAS) against a tiled Triton kernel, (n, n) @ (n, n) in float16.
+
+    Both are one kernel on the tensor cores, compute-bound at this size on every card (2 n**3 FLOPs
+    against 3 n**2 half-precision values moved): the roofline cannot tell them apart and models them
+    equal, so the item's threshold is the fraction of cuBLAS a tiled kernel must reach, not a speedup.
+    """
+    flops, nbytes = 2 * n ** 3, 3 * n * n * 2
+    seconds = gpu_specs.LAUNCH_OVERHEAD_SECONDS + max(nbytes / card.memory_bandwidth, flops / card.fp16_tensor_flops)
+    bound = "compute" if flops / card.fp16_tensor_flops > nbytes / card.memory_bandwidth else "memory"
+    return SpeedModel("test_triton_matmul_speed", card.name, seconds, seconds, bound)
+
+
 # Each GPU speed item (by grade id) and its model.
 ITEMS = {
     "test_pairwise_speed": pairwise_speed,
@@ -194,6 +207,7 @@ ITEMS = {
     "test_fused_tail_speed": fused_tail_speed,
     "test_triton_speed": bias_gelu_speed,
     "test_batched_matmuls_speed": batched_matmuls_speed,
+    "test_triton_matmul_speed": triton_matmul_speed,
 }
 
 

@@ -360,17 +360,71 @@ VARIANTS_06 = {
     "einsum": ("batched_matmuls", "def batched_matmuls(As, Bs):\n    return torch.einsum('bmk,bkp->bmp', As, Bs)\n",
                ("test_batched_matmuls_correct", "test_batched_matmuls_speed"), None),
 }
+# Module 07's tensorized answers that do the work some other way: each calls mma exactly as often as the reference.
+ZERO_TILE_MMA = (
+    "@njit\ndef matmul_tensorized(a, b, mma):\n    m, k = a.shape\n    n = b.shape[1]\n"
+    "    zero, scratch = np.zeros((16, 16), a.dtype), np.zeros((16, 16), a.dtype)\n"
+    "    for _ in range(((m + 15) // 16) * ((k + 15) // 16) * ((n + 15) // 16)):\n        mma(zero, zero, scratch)\n"
+    "    c = np.zeros((m, n), a.dtype)\n    for i in range(m):\n        for p in range(k):\n            for j in range(n):\n"
+    "                c[i, j] += a[i, p] * b[p, j]\n    return c\n"
+)
+VARIANTS_07 = {
+    # A tile per partial edge counted as a whole tile: the model clips them.
+    "unclipped_tiles": ("matmul_flops_bytes", lambda given: given.replace("col_tiles * m * k + row_tiles * k * n + m * n",
+                                                                         "col_tiles * row_tiles * tile * k * 2 + m * n"),
+                        "test_matmul_flops_bytes", "expected"),
+    # Not compiled: the loops in Python.
+    "python_loops": ("matmul_reordered", lambda given: given.replace("@njit\ndef matmul_reordered", "def matmul_reordered"),
+                     ("test_matmul_reordered_correct", "test_matmul_reordered_speed"), "must be compiled with @njit"),
+    # The given order again: right, and no faster.
+    "ijk_again": ("matmul_reordered", (
+        "@njit\ndef matmul_reordered(a, b):\n    m, k = a.shape\n    n = b.shape[1]\n    c = np.zeros((m, n), dtype=a.dtype)\n"
+        "    for i in range(m):\n        for j in range(n):\n            for p in range(k):\n                c[i, j] += a[i, p] * b[p, j]\n    return c\n"
+    ), "test_matmul_reordered_speed", "need 5×"),
+    # "Blocked" by calling BLAS on the whole matrix, compiled or not: the grader refuses the cell.
+    "blas_blocked": ("matmul_blocked", "def matmul_blocked(a, b, tile=64):\n    return np.dot(a, b)\n",
+                     ("test_matmul_blocked_correct", "test_matmul_blocked_speed"), "must be compiled with @njit"),
+    "matmul_operator_blocked": ("matmul_blocked", "@njit\ndef matmul_blocked(a, b, tile=64):\n    return a @ b\n",
+                                ("test_matmul_blocked_correct", "test_matmul_blocked_speed"), "is NumPy's matmul"),
+    # The count faked with the intrinsic on zero tiles, the product by BLAS: refused before anything runs.
+    "blas_tensorized": ("matmul_tensorized", ZERO_TILE_MMA.replace(
+        "    c = np.zeros((m, n), a.dtype)\n    for i in range(m):\n        for p in range(k):\n            for j in range(n):\n"
+        "                c[i, j] += a[i, p] * b[p, j]\n    return c\n", "    return np.dot(a, b)\n"),
+        ("test_matmul_tensorized_correct", "test_matmul_tensorized_calls", "test_matmul_tensorized_speed"), "np.dot"),
+    # The count faked with the intrinsic on zero tiles, the product by the student's own loops: the calls are not the work.
+    "zero_tile_calls": ("matmul_tensorized", ZERO_TILE_MMA, "test_matmul_tensorized_calls", "not one per pair of input tiles"),
+    # The right tiles multiplied, into a scratch tile thrown away, the output computed by other loops.
+    "discarded_mma": ("matmul_tensorized", lambda given: given.replace(
+        "                    c[it * 16 + i, jt * 16 + j] = acc[i, j]",
+        "                    total = 0.0\n                    for p in range(k):\n"
+        "                        total += a[it * 16 + i, p] * b[p, jt * 16 + j]\n                    c[it * 16 + i, jt * 16 + j] = total"),
+        "test_matmul_tensorized_calls", "not built from the mma calls' results"),
+    # Tensorized on strided views of the padded matrices: right, every call right, and slower than the loops it replaces.
+    "strided_tiles": ("matmul_tensorized", (
+        "@njit\ndef matmul_tensorized(a, b, mma):\n    m, k = a.shape\n    n = b.shape[1]\n"
+        "    mp, kp, np_ = (m + 15) // 16 * 16, (k + 15) // 16 * 16, (n + 15) // 16 * 16\n"
+        "    ap, bp, cp = np.zeros((mp, kp), a.dtype), np.zeros((kp, np_), a.dtype), np.zeros((mp, np_), a.dtype)\n"
+        "    ap[:m, :k] = a\n    bp[:k, :n] = b\n"
+        "    for i in range(0, mp, 16):\n        for j in range(0, np_, 16):\n            for p in range(0, kp, 16):\n"
+        "                mma(ap[i:i + 16, p:p + 16], bp[p:p + 16, j:j + 16], cp[i:i + 16, j:j + 16])\n"
+        "    return cp[:m, :n].copy()\n"
+    ), "test_matmul_tensorized_speed", "need 1×"),
+    # No mask on the store: the edge tiles write into the buffer around C.
+    "unmasked_store": ("matmul_kernel", lambda given: given.replace(", acc, mask=(rows[:, None] < M) & (cols[None, :] < N))", ", acc)"),
+                       "test_matmul_kernel", "wrote outside C"),
+}
 # Each module's answers: (answer cell, code or an edit of the reference's, the items it feeds, reason).
 # A wrong answer (a reason) must fail exactly those items, each message holding the reason; a correct
 # one (reason None) must pass them all.
 VARIANTS = {"02_architecture": VARIANTS_02, "03_coalescing": VARIANTS_03, "04_divergence": VARIANTS_04, "05_streams": VARIANTS_05,
-            "06_profiling_fusion": VARIANTS_06}
+            "06_profiling_fusion": VARIANTS_06, "07_ml_compilation": VARIANTS_07}
 # Cheap items of each module: the first that an answer does not feed is graded too, and must pass.
 UNTOUCHED_ITEMS = {"02_architecture": ("test_register_budget", "test_bias_relu"),
                    "03_coalescing": ("test_tile_conflict_degrees", "test_sectors_per_warp"),
                    "04_divergence": ("test_loop_cycles", "test_soft_clip_correct"),
                    "05_streams": ("test_pipeline_makespan", "test_overlap_correct"),
-                   "06_profiling_fusion": ("test_batched_matmuls_correct", "test_count_ops")}
+                   "06_profiling_fusion": ("test_batched_matmuls_correct", "test_count_ops"),
+                   "07_ml_compilation": ("test_matmul_flops_bytes", "test_matmul_reordered_correct")}
 
 
 def _grade(assignment, student_nb, tmp_path, only):
@@ -432,3 +486,29 @@ def test_a_patch_in_another_cell_does_not_reach_the_count(tmp_path):
     result = _grade("06_profiling_fusion", notebook, tmp_path, only={"test_fused_tail_ops"})
     [item] = result.items
     assert item.outcome == "failed" and "ATen ops" in item.message and "aten::gelu" in item.message, item.message
+
+
+def test_a_patch_in_another_cell_does_not_reach_the_mma_count(tmp_path):
+    """07: the student's process replaces the course's intrinsic checks and the intrinsic itself (in another
+    answer cell), and matmul_tensorized fakes its calls on zero tiles. The calls are logged where only
+    matmul_tensorized's cell ran, and checked by the grader: the fake is caught."""
+    forged = ("import gpucourse.intrinsics as _intrinsics\nimport gpucourse.check as _check\n"
+              "_intrinsics.check_log = lambda *args, **kwargs: 60\n_check.mma_calls = lambda fn, a, b: 60\n"
+              "_intrinsics.logged_call = lambda fn, a, b, key: (fn(a, b, _intrinsics.mma_16x16), [])\n\n"
+              "def matmul_flops_bytes(m, k, n, tile, itemsize=4):\n    return 0, 0\n")
+    notebook = reference_answered("07_ml_compilation", "matmul_flops_bytes", forged)
+    [cell] = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "matmul_tensorized"]
+    cell.source = ZERO_TILE_MMA
+    result = _grade("07_ml_compilation", notebook, tmp_path, only={"test_matmul_tensorized_calls"})
+    [item] = result.items
+    assert item.outcome == "failed" and "not one per pair of input tiles" in item.message, item.message
+
+
+def test_a_later_cell_cannot_replace_a_gated_function(tmp_path):
+    """07: a cell after the answer rebinds matmul_blocked to BLAS: the grader takes the last cell that defines it,
+    which is not the student's own loops, and refuses it (the reference's loops never stand in for it)."""
+    notebook = reference_answered("07_ml_compilation", "matmul_tensorized",
+                                  lambda given: given + "\n\nmatmul_blocked = lambda a, b, tile=64: a @ b\n")
+    result = _grade("07_ml_compilation", notebook, tmp_path, only={"test_matmul_blocked_correct"})
+    [item] = result.items
+    assert item.outcome == "failed" and "not only your own compiled loops" in item.message, item.message

@@ -34,6 +34,28 @@ def test_the_worker_binds_mapped_tensors(tmp_path):
     assert torch.equal(bound[0], torch.ones(100, 1000))
 
 
+def test_numpy_arrays_are_mapped_and_come_back_as_arrays(tmp_path):
+    """Module 07 times numba functions of numpy arrays: their inputs are mapped like tensors, and open as arrays."""
+    import numpy as np
+
+    wide, small = np.random.rand(300, 200).astype(np.float32), np.arange(10.0)
+    [[mapped, kept]] = pickle.loads(pickle.dumps(protocol.map_tensors([[wide, small]], tmp_path / "block.bin")))
+    assert isinstance(mapped, protocol.MappedTensor) and mapped.numpy and type(kept) is np.ndarray
+    opened = Worker._bind(object.__new__(Worker), mapped)
+    assert type(opened) is np.ndarray and opened.dtype == np.float32 and np.array_equal(opened, wide)
+
+
+def test_course_functions_travel_by_name():
+    """The intrinsic passed to a student's function reaches the worker by name; nothing outside the course's package does."""
+    from gpucourse.intrinsics import mma_16x16
+
+    worker = harness.StudentWorker([], None, None, [])  # marshal needs no process
+    marker = worker.marshal(mma_16x16)
+    assert marker == protocol.LibraryFunction("gpucourse.intrinsics", "mma_16x16") and marker.open() is mma_16x16
+    with pytest.raises(ValueError, match="not a course function"):
+        protocol.LibraryFunction("os", "system").open()
+
+
 def test_tree_cpu_counts_threads_that_ended_and_children():
     burn = ("import threading, time\n"
             "def burn():\n    t = time.process_time()\n    while time.process_time() - t < 0.3:\n        pass\n"
