@@ -386,6 +386,13 @@ VARIANTS_07 = {
                      ("test_matmul_blocked_correct", "test_matmul_blocked_speed"), "must be compiled with @njit"),
     "matmul_operator_blocked": ("matmul_blocked", "@njit\ndef matmul_blocked(a, b, tile=64):\n    return a @ b\n",
                                 ("test_matmul_blocked_correct", "test_matmul_blocked_speed"), "is NumPy's matmul"),
+    # Inputs zeroed in place and zeros returned: the grader checks against its own copies of the inputs, not the worker's.
+    "zeroes_inputs": ("matmul_blocked", (
+        "@njit\ndef matmul_blocked(a, b, tile=128):\n    m, k = a.shape\n    n = b.shape[1]\n"
+        "    for i in range(m):\n        for p in range(k):\n            a[i, p] = 0.0\n"
+        "    for p in range(k):\n        for j in range(n):\n            b[p, j] = 0.0\n"
+        "    return np.zeros((m, n), dtype=a.dtype)\n"
+    ), ("test_matmul_blocked_correct", "test_matmul_blocked_speed"), "values differ"),
     # The count faked with the intrinsic on zero tiles, the product by BLAS: refused before anything runs.
     "blas_tensorized": ("matmul_tensorized", ZERO_TILE_MMA.replace(
         "    c = np.zeros((m, n), a.dtype)\n    for i in range(m):\n        for p in range(k):\n            for j in range(n):\n"
