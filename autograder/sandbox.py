@@ -28,6 +28,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import compile_seed
 from .clock import children
 
 # Each grading process runs its workers under a user id of their own, without a name: the
@@ -115,6 +116,8 @@ def worker_environment(workdir: Path, threads: int) -> dict[str, str]:
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
         "HOME": str(workdir),
         "TMPDIR": str(workdir),
+        # torch.compile's cache, in the worker's own folder (named, so the grader can seed it: autograder.compile_seed)
+        compile_seed.CACHE_ENV: str(Path(workdir) / compile_seed.WORKER_CACHE),
         "MPLCONFIGDIR": str(workdir),
         "MPLBACKEND": "Agg",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -146,19 +149,23 @@ def log_tail(workdir: Path, characters: int = 4000) -> str:
         return ""
 
 
-def start_worker(workdir: Path, limits: Limits, hidden_paths: list[Path] = ()) -> WorkerProcess:
+def start_worker(workdir: Path, limits: Limits, hidden_paths: list[Path] = (), seed_compile_cache: bool = False) -> WorkerProcess:
     """Start a worker (``python -I -m autograder.worker``) in ``workdir`` (the submission's own folder).
 
     It is forked from this process's fork server where there is one (:mod:`autograder.forkserver`:
     the same sandbox, without importing torch again), else started as an interpreter of its own.
+    With ``seed_compile_cache``, its Inductor cache starts as a copy of the grader's warm one
+    (:mod:`autograder.compile_seed`).
     """
     from . import forkserver
 
     workdir = Path(workdir).resolve()
+    namespaces = namespaces_available()
+    if seed_compile_cache:
+        compile_seed.copy_into(workdir, sandbox_user() if namespaces else None)
     to_worker_read, to_worker = os.pipe()
     from_worker, from_worker_write = os.pipe()
     log = log_path(workdir)
-    namespaces = namespaces_available()
     server = forkserver.server(limits.threads) if forkserver.enabled() else None
     try:
         process = None

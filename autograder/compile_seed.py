@@ -1,0 +1,140 @@
+"""A warm start for ``torch.compile`` in grading workers, without sharing anything a student wrote.
+
+Every worker keeps Inductor's cache in its own folder (``TORCHINDUCTOR_CACHE_DIR``, set by
+:func:`autograder.sandbox.worker_environment`), so no student, and no runner that counts a
+student's ops, ever loads what another process compiled. But a cold cache makes the first
+``torch.compile`` of a process cost about 20 s on a 2-core machine (3 s warm), most of it spent on
+work that has nothing to do with the code being compiled: probing which vector instructions the
+compiler and the CPU support, each probe a C++ build against torch's headers.
+
+So the grader compiles one trivial function of its own, once per machine, in a process of its own
+(:func:`seed`), and copies that cache into a worker's folder before the worker starts
+(:func:`copy_into`). Each worker gets its own copy, made from the grader's code only: what a
+student's worker writes there stays in that worker's folder, as before.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+SEED_ENV = "GPUCOURSE_COMPILE_SEED"  # where seeds are kept (default: ~/.cache/gpucourse/inductor-seed)
+WORKER_CACHE = "torchinductor"  # the cache folder inside a worker's folder
+CACHE, HEADERS = "inductor", "precompiled_headers"  # the seed's two parts
+SEED_SECONDS = 300
+LAYOUT = "2"  # of a seed folder: a new layout makes a new seed
+
+# The grader's own function, compiled in a fresh interpreter: float32 and float64, as answers use both.
+_WARM_UP = (
+    "import torch\n"
+    "torch.set_num_threads(1)\n"
+    "warm = torch.compile(lambda x, y: torch.nn.functional.gelu(x + y) * 0.5)\n"
+    "for dtype in (torch.float32, torch.float64):\n"
+    "    warm(torch.randn(8, 8, dtype=dtype), torch.randn(8, dtype=dtype))\n"
+)
+
+
+def uses_compile(cells) -> bool:
+    """Whether a worker holding ``cells`` may call ``torch.compile`` (only those are seeded)."""
+    return any("torch.compile" in cell for cell in cells)
+
+
+@functools.lru_cache(maxsize=1)
+def seed_folder() -> Path:
+    """This machine's seed, named by what a cached probe or kernel depends on: torch, the C++ compiler, the CPU."""
+    import torch
+
+    compiler = shutil.which(os.environ.get("CXX", "c++")) or ""
+    key = "\n".join([LAYOUT, torch.__version__, sys.version, platform.machine(), compiler, _version(compiler), _cpu_flags()])
+    root = Path(os.environ.get(SEED_ENV) or Path.home() / ".cache" / "gpucourse" / "inductor-seed")
+    return root / hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def seed() -> Path | None:
+    """The warm cache of this machine, made now if it does not exist yet; None if it cannot be made
+    (no C++ compiler, say): workers then start cold, as they would without it."""
+    folder = seed_folder()
+    if folder.is_dir():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one grader makes it; the others wait for it
+        return folder if folder.is_dir() else _make(folder)
+
+
+def _make(folder: Path) -> Path | None:
+    building = Path(tempfile.mkdtemp(prefix=".building-", dir=folder.parent))
+    # TMPDIR too: Inductor keeps its precompiled headers beside its default cache folder, not in CACHE_ENV's
+    env = {**os.environ, CACHE_ENV: str(building / CACHE), "TMPDIR": str(building / "tmp"), "OMP_NUM_THREADS": "1"}
+    (building / "tmp").mkdir()
+    try:
+        subprocess.run([sys.executable, "-I", "-c", _WARM_UP], env=env, check=True, timeout=SEED_SECONDS,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for headers in (building / "tmp").glob(f"torchinductor_*/{HEADERS}"):
+            os.rename(headers, building / HEADERS)
+        for path in (building / HEADERS).glob("*.h*"):
+            path.chmod(0o444)  # linked into workers' folders: read-only to them, owned by the grader
+        shutil.rmtree(building / "tmp")
+        os.rename(building, folder)  # atomic: a grader sees no seed or a whole one
+    except (OSError, subprocess.SubprocessError):
+        shutil.rmtree(building, ignore_errors=True)
+        return None
+    return folder
+
+
+def copy_into(workdir: Path, owner: int | None = None) -> None:
+    """Give the worker of ``workdir`` its own copy of the seed's cache (once: a restarted worker keeps
+    its own), owned by ``owner``, the user id the worker runs as in the sandbox.
+
+    The precompiled headers (150 MB) are hard links instead, owned by the grader and read-only,
+    and only for a sandboxed worker (``owner`` given): running as the grader's own user, a worker
+    could make a shared file writable and change it for every worker after it. Where no link can
+    be made (another file system), the worker builds its own, as it would without a seed.
+    """
+    workdir = Path(workdir)
+    target = workdir / WORKER_CACHE
+    source = seed() if not target.exists() else None
+    if source is None:
+        return
+    shutil.copytree(source / CACHE, target, symlinks=False)
+    if owner is None:
+        return
+    # Inductor keeps its headers in TMPDIR/torchinductor_<user>; a sandbox's user id has no name, so uid_<id>.
+    home = workdir / f"torchinductor_uid_{owner}"
+    (home / HEADERS / "locks").mkdir(parents=True, exist_ok=True)
+    for path in (source / HEADERS).glob("*.h*"):
+        facts = os.stat(path)
+        if facts.st_uid != os.geteuid() or facts.st_mode & 0o222:
+            break  # not the grader's read-only file any more: link nothing (the worker builds its own)
+        try:
+            os.link(path, home / HEADERS / path.name)
+        except OSError:
+            break
+    for path in [target, *target.rglob("*"), home, home / HEADERS, home / HEADERS / "locks"]:
+        os.chown(path, owner, owner, follow_symlinks=False)
+
+
+def _version(compiler: str) -> str:
+    if not compiler:
+        return ""
+    try:
+        return subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            return next((line for line in info if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        return platform.processor()
