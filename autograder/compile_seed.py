@@ -32,6 +32,7 @@ WORKER_CACHE = "torchinductor"  # the cache folder inside a worker's folder
 CACHE, HEADERS = "inductor", "precompiled_headers"  # the seed's two parts
 SEED_SECONDS = 300
 LAYOUT = "2"  # of a seed folder: a new layout makes a new seed
+KEPT_SEEDS = 3
 
 # The grader's own function, compiled in a fresh interpreter: float32 and float64, as answers use both.
 _WARM_UP = (
@@ -50,11 +51,12 @@ def uses_compile(cells) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def seed_folder() -> Path:
-    """This machine's seed, named by what a cached probe or kernel depends on: torch, the C++ compiler, the CPU."""
+    """This machine's seed, named by what a cached probe or kernel depends on: torch (the headers of this very
+    install: their paths are in the precompiled headers' names), the C++ compiler, the CPU."""
     import torch
 
     compiler = shutil.which(os.environ.get("CXX", "c++")) or ""
-    key = "\n".join([LAYOUT, torch.__version__, sys.version, platform.machine(), compiler, _version(compiler), _cpu_flags()])
+    key = "\n".join([LAYOUT, torch.__file__, torch.__version__, sys.version, platform.machine(), compiler, _version(compiler), _cpu_flags()])
     root = Path(os.environ.get(SEED_ENV) or Path.home() / ".cache" / "gpucourse" / "inductor-seed")
     return root / hashlib.sha256(key.encode()).hexdigest()[:16]
 
@@ -88,7 +90,17 @@ def _make(folder: Path) -> Path | None:
     except (OSError, subprocess.SubprocessError):
         shutil.rmtree(building, ignore_errors=True)
         return None
+    _prune(folder.parent, keep=KEPT_SEEDS)
     return folder
+
+
+def _prune(root: Path, keep: int) -> None:
+    """Remove all but the ``keep`` newest seeds (150 MB each; one per install of torch, so a machine whose
+    clones come and go, a CI runner's, would fill up)."""
+    seeds = sorted((path for path in root.iterdir() if path.is_dir() and not path.name.startswith(".")),
+                   key=lambda path: path.stat().st_mtime, reverse=True)
+    for old in seeds[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def copy_into(workdir: Path, owner: int | None = None) -> None:
@@ -105,11 +117,19 @@ def copy_into(workdir: Path, owner: int | None = None) -> None:
     source = seed() if not target.exists() else None
     if source is None:
         return
+    # Inductor keeps its headers in TMPDIR/torchinductor_<user>; a sandbox's user id has no name, so uid_<id>.
+    home = workdir / f"torchinductor_uid_{owner}"
+    try:
+        _copy(source, target, home, owner)
+    except OSError:  # the seed pruned meanwhile, a full disk: this worker starts cold
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _copy(source: Path, target: Path, home: Path, owner: int | None) -> None:
     shutil.copytree(source / CACHE, target, symlinks=False)
     if owner is None:
         return
-    # Inductor keeps its headers in TMPDIR/torchinductor_<user>; a sandbox's user id has no name, so uid_<id>.
-    home = workdir / f"torchinductor_uid_{owner}"
     (home / HEADERS / "locks").mkdir(parents=True, exist_ok=True)
     for path in (source / HEADERS).glob("*.h*"):
         facts = os.stat(path)

@@ -28,6 +28,15 @@ def test_a_seed_that_cannot_be_built_leaves_workers_cold(tmp_path, monkeypatch):
         compile_seed.seed_folder.cache_clear()
 
 
+def test_only_the_newest_seeds_are_kept(tmp_path):
+    for age, name in enumerate(["newest", "newer", "new", "old", "older"]):
+        (tmp_path / name).mkdir()
+        os.utime(tmp_path / name, (1e9 - age * 1000, 1e9 - age * 1000))
+    (tmp_path / ".lock").touch()
+    compile_seed._prune(tmp_path, keep=3)
+    assert sorted(path.name for path in tmp_path.iterdir()) == [".lock", "new", "newer", "newest"]
+
+
 @pytest.mark.slow
 def test_a_reduced_worker_gets_a_copy_and_no_shared_file(tmp_path):
     """Without a sandbox user (reduced isolation) the worker runs as the grader: it gets a copy of the cache
@@ -69,7 +78,8 @@ def test_a_sandboxed_worker_compiles_warm_and_cannot_change_the_shared_headers(t
         "            outcomes.append('refused')\n"
         "    return folder, headers, outcomes\n"
     )
-    test = "folder, headers, outcomes = attempts()\nassert outcomes == ['refused'] * 3, outcomes\nprint(folder, headers)\n"
+    test = (f"folder, headers, outcomes = attempts()\nassert headers == [{shared.name!r}], f'headers of its own: {{headers}}'\n"
+            "assert outcomes == ['refused'] * 3, outcomes\nprint(folder, headers)\n")
     plan = Plan(context=[], student_cells=[cell], items=[skeleton.TestItem("test_attempts", 1.0, test)], api_names=["attempts"])
     (tmp_path / "work").mkdir()
     [item] = harness.grade(plan, tmp_path / "work").items
