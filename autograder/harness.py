@@ -809,7 +809,7 @@ def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, r
         raise
     except Exception as error:  # noqa: BLE001 - any failure of the test is the item's outcome
         text = _first_line(str(error)) or "test failed"
-        outcome, score, timing_failed = Outcome.FAILED, 0.0, isinstance(error, TimingFailure) and error.worth_remeasuring
+        outcome, score, timing_failed = Outcome.FAILED, 0.0, isinstance(error, TimingFailure)
         message = text if getattr(error, "from_student", False) else f"{type(error).__name__}: {text}"
         if isinstance(error, NameError):  # most often a name an earlier cell should have defined, had it run
             message += worker.name_error_cause(text, item.question)
