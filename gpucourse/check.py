@@ -110,6 +110,20 @@ def assert_speedup(result: SpeedResult, required: float, *, name: str = "speedup
     print(f"{name}: {result} (needed {required:g}×)")
 
 
+def assert_measured_speedup(measure, required: float, *, name: str = "speedup", attempts: int = 2) -> None:
+    """``measure()`` (a :func:`~gpucourse.timing.compare_speed` call) reaches ``required``, in one of ``attempts`` measurements.
+
+    For an item whose margin is thin on a CPU (fusion gains 1.7-2.3x there, against 1.3x needed): a burst of
+    load on a shared machine must not cost it where nothing measures again (plain nbgrader, a notebook).
+    """
+    for attempt in range(1, attempts + 1):
+        result = measure()
+        if result.speedup >= required or attempt == attempts:
+            break
+        print(f"{name}: measured {result.speedup:.1f}×, need {required:g}×: measuring once more")
+    assert_speedup(result, required, name=name)
+
+
 def assert_float32_only(kernel, *args, gpu: str = "A100", name: str | None = None) -> None:
     """``kernel``, compiled by NVIDIA's compiler for ``gpu`` with the types of ``args`` (the
     arguments of a launch), does no float64 arithmetic; the message names the lines that do.

@@ -74,6 +74,22 @@ def test_assert_speedup_failure_gives_measured_and_required():
         check.assert_speedup(_result(math.nan), 3.0)
 
 
+def test_a_measured_speedup_short_once_is_measured_again():
+    """A first measurement under the threshold (a burst of load) gets a second; the second counts."""
+    results = iter([_result(1.1), _result(1.8)])
+    check.assert_measured_speedup(lambda: next(results), 1.3, name="fused")
+    assert next(results, None) is None, "measured twice"
+
+
+def test_a_measured_speedup_short_twice_fails_as_a_timing_failure():
+    calls = []
+    with pytest.raises(check.TimingFailure, match="measured 1.1× faster, need 1.3×"):
+        check.assert_measured_speedup(lambda: calls.append(1) or _result(1.1), 1.3, name="fused")
+    assert len(calls) == 2
+    check.assert_measured_speedup(lambda: calls.append(1) or _result(2.0), 1.3)
+    assert len(calls) == 3, "a speedup that passes is measured once"
+
+
 def test_assert_close_compares_numpy_arrays():
     import numpy as np
 
