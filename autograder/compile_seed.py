@@ -5,12 +5,12 @@ Every worker keeps Inductor's cache in its own folder (``TORCHINDUCTOR_CACHE_DIR
 student's ops, ever loads what another process compiled. But a cold cache makes the first
 ``torch.compile`` of a process cost about 20 s on a 2-core machine (3 s warm), most of it spent on
 work that has nothing to do with the code being compiled: probing which vector instructions the
-compiler and the CPU support, each probe a C++ build against torch's headers.
+compiler and the CPU support, and precompiling torch's C++ headers (150 MB, outside that folder).
 
 So the grader compiles one trivial function of its own, once per machine, in a process of its own
 (:func:`seed`), and copies that cache into a worker's folder before the worker starts
-(:func:`copy_into`). Each worker gets its own copy, made from the grader's code only: what a
-student's worker writes there stays in that worker's folder, as before.
+(:func:`copy_into`). Each worker gets its own copy, made from the grader's code only (the headers
+as read-only links): what a student's worker writes there stays in that worker's folder, as before.
 """
 
 from __future__ import annotations
@@ -131,14 +131,16 @@ def _copy(source: Path, target: Path, home: Path, owner: int | None) -> None:
     if owner is None:
         return
     (home / HEADERS / "locks").mkdir(parents=True, exist_ok=True)
-    for path in (source / HEADERS).glob("*.h*"):
-        facts = os.stat(path)
-        if facts.st_uid != os.geteuid() or facts.st_mode & 0o222:
-            break  # not the grader's read-only file any more: link nothing (the worker builds its own)
+    shared = sorted((source / HEADERS).glob("*.h*"))
+    # All or nothing: a header without its .gch (or the reverse) would send Inductor to rebuild into a file it cannot write.
+    # And nothing unless every file is still the grader's and read-only.
+    if all(os.stat(path).st_uid == os.geteuid() and not os.stat(path).st_mode & 0o222 for path in shared):
         try:
-            os.link(path, home / HEADERS / path.name)
-        except OSError:
-            break
+            for path in shared:
+                os.link(path, home / HEADERS / path.name)
+        except OSError:  # another file system: the worker builds its own
+            for path in shared:
+                (home / HEADERS / path.name).unlink(missing_ok=True)
     for path in [target, *target.rglob("*"), home, home / HEADERS, home / HEADERS / "locks"]:
         os.chown(path, owner, owner, follow_symlinks=False)
 
