@@ -337,7 +337,11 @@ def matmul_inputs(batch, m, k, p):
 
 
 def check_matmuls(args, output):
-    check.assert_close(output, matmuls_loop(*args), rtol=1e-4, atol=1e-4, name=f"batched_matmuls on {tuple(args[0].shape)} @ {tuple(args[1].shape)}")
+    # The expected product in float64 by torch's batched matmul: the loop itself would cost more than
+    # the timed calls it checks (the speed test checks every output).
+    As, Bs = args
+    expected = torch.matmul(As.double(), Bs.double()).to(As.dtype)
+    check.assert_close(output, expected, rtol=1e-4, atol=1e-4, name=f"batched_matmuls on {tuple(args[0].shape)} @ {tuple(args[1].shape)}")
 
 
 # %% nbgrader={"grade_id": "batched_matmuls", "solution": true}
