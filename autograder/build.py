@@ -263,10 +263,13 @@ def build_notebooks(root: Path) -> list[Path]:
 
 def release_assignments(root: Path) -> list[Path]:
     """Regenerate ``assignments/`` from ``solutions/`` with nbgrader; return changed files."""
-    changed = []
-    for source in assignment_sources(root):
-        changed += release_assignment(root, source.parent.name)
-    return changed
+    names = [source.parent.name for source in assignment_sources(root)]
+    # One nbgrader run for all of them (each run costs 2-3 s of start-up), its assignment id a glob,
+    # where that glob finds exactly the assignments; one run each otherwise (a folder 08_draft-old, say).
+    every = "[0-9][0-9]_*"
+    if names and sorted(folder.name for folder in (root / "solutions").glob(f"{every}/")) == names:
+        return _release(root, names, every)
+    return [path for name in names for path in release_assignment(root, name)]
 
 
 def release_assignment(root: Path, assignment: str) -> list[Path]:
@@ -275,9 +278,21 @@ def release_assignment(root: Path, assignment: str) -> list[Path]:
     nbgrader also records the assignment's graded cells in the course's ``gradebook.db``,
     which grading needs later.
     """
-    release = root / "assignments" / assignment
-    before = _snapshot(release)
-    _generate_assignment(root, assignment, root / "gradebook.db")
+    return _release(root, [assignment], assignment)
+
+
+def _release(root: Path, assignments: list[str], nbgrader_id: str | None) -> list[Path]:
+    releases = [root / "assignments" / assignment for assignment in assignments]
+    before = {path: text for release in releases for path, text in _snapshot(release).items()}
+    if nbgrader_id is not None:
+        _generate_assignment(root, nbgrader_id, root / "gradebook.db")
+    for assignment, release in zip(assignments, releases):
+        _mark_generated(root, assignment, release)
+    after = {path: text for release in releases for path, text in _snapshot(release).items()}
+    return sorted(path for path, text in after.items() if before.get(path) != text)
+
+
+def _mark_generated(root: Path, assignment: str, release: Path) -> None:
     for notebook_path in release.glob("*.ipynb"):
         # nbgrader writes with its own formatting; keep the repository's one format.
         notebook = nbformat.read(notebook_path, as_version=4)
@@ -288,8 +303,6 @@ def release_assignment(root: Path, assignment: str) -> list[Path]:
             "generated": f"generated from {source} by make build (nbgrader generate_assignment); course staff: edit that source, not this file",
         }
         write_if_changed(notebook_path, notebook_text(notebook))
-    after = _snapshot(release)
-    return sorted(path for path, text in after.items() if before.get(path) != text)
 
 
 def _generate_assignment(root: Path, assignment: str, database: Path) -> None:
