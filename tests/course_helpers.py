@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import skeleton
+from autograder import compile_seed, skeleton
 from autograder.build import REPO_ROOT, REQUIRES_GPU, assignment_sources, lecture_sources
 
 ASSIGNMENTS = [path.parent.name for path in assignment_sources(REPO_ROOT)]
@@ -202,6 +202,8 @@ def execute_notebook(notebook: nbformat.NotebookNode, workdir: Path, timeout: in
     """
     from jupyter_client import AsyncKernelManager
 
+    if any("torch.compile" in cell.source for cell in notebook.cells):
+        compile_seed.warm_default_cache()
     manager = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=str(Path(workdir) / "kernel"))
     notebook_client(notebook, km=manager, timeout=timeout, resources={"metadata": {"path": str(workdir)}}, **options).execute()
     return notebook

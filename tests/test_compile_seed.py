@@ -88,3 +88,30 @@ def test_a_sandboxed_worker_compiles_warm_and_cannot_change_the_shared_headers(t
     [linked] = (tmp_path / "work").glob(f"torchinductor_uid_*/{compile_seed.HEADERS}/*.gch")
     assert os.path.samefile(linked, shared), "the worker used the seed's headers, not headers of its own"
     assert os.stat(shared).st_nlink == links_before + 1
+
+
+@pytest.mark.slow
+def test_a_notebook_kernel_compiles_warm_in_the_default_cache(tmp_path, monkeypatch):
+    """warm_default_cache fills TMPDIR/torchinductor_<user> from the seed once; a process compiling there
+    (as a lecture's kernel does, no TORCHINDUCTOR_CACHE_DIR) uses the seed's headers and builds none."""
+    import getpass
+    import subprocess
+    import sys
+    import tempfile
+
+    seed = compile_seed.seed()
+    if seed is None:
+        pytest.skip("no C++ compiler for torch.compile on this machine")
+    monkeypatch.delenv(compile_seed.CACHE_ENV, raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    compile_seed.warm_default_cache()
+    default = tmp_path / f"torchinductor_{getpass.getuser()}"
+    headers = {path.name: path.stat().st_mtime_ns for path in (default / compile_seed.HEADERS).glob("*.h*")}
+    assert sorted(headers) == sorted(path.name for path in (seed / compile_seed.HEADERS).glob("*.h*")) != []
+    compile_seed.warm_default_cache()  # once: an existing cache is left as it is
+    compiled = ("import torch\nfused = torch.compile(lambda x: torch.cos(x) * 3)\nx = torch.randn(32)\n"
+                "assert torch.allclose(fused(x), torch.cos(x) * 3)\n")
+    subprocess.run([sys.executable, "-c", compiled], check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    after = {path.name: path.stat().st_mtime_ns for path in (default / compile_seed.HEADERS).glob("*.h*")}
+    assert after == headers, "it built headers of its own"
