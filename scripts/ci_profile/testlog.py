@@ -1,4 +1,4 @@
-"""pytest plugin: log when each test starts and ends, and in which worker process (for ``profile.py report``).
+"""pytest plugin: log when each test starts and ends, and in which worker process (for ``cpu_by_test.py report``).
 
     PYTHONPATH=scripts/ci_profile PYTEST_ADDOPTS="-p testlog" CI_PROFILE_DIR=/tmp/prof bash .ci/run
 """

@@ -1,13 +1,15 @@
 """Where a test run's CPU time goes, per test: sample every process, charge each to the test its pytest worker ran.
 
-    python scripts/ci_profile/profile.py sample /tmp/prof &          # until /tmp/prof/stop exists
+    python scripts/ci_profile/cpu_by_test.py sample /tmp/prof &          # until /tmp/prof/stop exists
     PYTHONPATH=scripts/ci_profile PYTEST_ADDOPTS="-p testlog" CI_PROFILE_DIR=/tmp/prof bash .ci/run
-    touch /tmp/prof/stop; python scripts/ci_profile/profile.py report /tmp/prof
+    touch /tmp/prof/stop; python scripts/ci_profile/cpu_by_test.py report /tmp/prof
 
 ``sample`` reads /proc four times a second and writes, for every process that used CPU since the last
 sample, that CPU time and the pytest-xdist worker it descends from (sandboxed workers, kernels and
 compilers included). ``report`` charges each sample to the test that worker was running then
-(``testlog.py``), and prints CPU seconds per test class or module and per test. A process that lives
+(``testlog.py``), and prints CPU seconds per test class or module and per test. (This folder goes on
+PYTHONPATH, so nothing in it may share a name with a module of the standard library: a ``profile.py``
+here broke torch.profiler in every notebook kernel.) A process that lives
 less than a sample's interval is missed; so is what runs before pytest starts, except as a total.
 """
 
