@@ -281,11 +281,10 @@ def release_assignment(root: Path, assignment: str) -> list[Path]:
     return _release(root, [assignment], assignment)
 
 
-def _release(root: Path, assignments: list[str], nbgrader_id: str | None) -> list[Path]:
+def _release(root: Path, assignments: list[str], nbgrader_id: str) -> list[Path]:
     releases = [root / "assignments" / assignment for assignment in assignments]
     before = {path: text for release in releases for path, text in _snapshot(release).items()}
-    if nbgrader_id is not None:
-        _generate_assignment(root, nbgrader_id, root / "gradebook.db")
+    _generate_assignment(root, nbgrader_id, root / "gradebook.db")
     for assignment, release in zip(assignments, releases):
         _mark_generated(root, assignment, release)
     after = {path: text for release in releases for path, text in _snapshot(release).items()}

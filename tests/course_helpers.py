@@ -202,7 +202,7 @@ def execute_notebook(notebook: nbformat.NotebookNode, workdir: Path, timeout: in
     """
     from jupyter_client import AsyncKernelManager
 
-    if any("torch.compile" in cell.source for cell in notebook.cells):
+    if compile_seed.uses_compile(cell.source for cell in notebook.cells):
         compile_seed.warm_default_cache()
     manager = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=str(Path(workdir) / "kernel"))
     notebook_client(notebook, km=manager, timeout=timeout, resources={"metadata": {"path": str(workdir)}}, **options).execute()

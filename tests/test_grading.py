@@ -38,7 +38,7 @@ class RoundTrip:
         assignment = cls.module
         submissions = {"reference": source(assignment), "untouched": release(assignment)}
         course = tmp_path_factory.mktemp(assignment)
-        if "torch.compile" in source(assignment).read_text():
+        if compile_seed.uses_compile([source(assignment).read_text()]):
             compile_seed.warm_default_cache()  # the kernels compile where a lecture's do, and start as warm
         return course, autograde(assignment, submissions, course)
 
