@@ -59,7 +59,6 @@ def test_a_sandboxed_worker_compiles_warm_and_cannot_change_the_shared_headers(t
     if seed is None:
         pytest.skip("no C++ compiler for torch.compile on this machine")
     [shared] = (seed / compile_seed.HEADERS).glob("*.gch")
-    links_before = os.stat(shared).st_nlink
     cell = (
         "import os\nimport torch\nfrom torch._inductor import codecache\n\n"
         "fused = torch.compile(lambda x: torch.sin(x) * 2 + 1)\n\n"
@@ -87,7 +86,10 @@ def test_a_sandboxed_worker_compiles_warm_and_cannot_change_the_shared_headers(t
     assert str(tmp_path / "work") in item.output and shared.name in item.output, item.output
     [linked] = (tmp_path / "work").glob(f"torchinductor_uid_*/{compile_seed.HEADERS}/*.gch")
     assert os.path.samefile(linked, shared), "the worker used the seed's headers, not headers of its own"
-    assert os.stat(shared).st_nlink == links_before + 1
+    # Every header in the worker's folder is the seed's own file (counting the seed's links instead races with
+    # gradings in other test workers, which link and remove theirs meanwhile: 12 links seen where 14 were expected).
+    own = list((tmp_path / "work").glob(f"torchinductor_uid_*/{compile_seed.HEADERS}/*.h*"))
+    assert own and all(os.path.samefile(path, seed / compile_seed.HEADERS / path.name) for path in own), own
 
 
 @pytest.mark.slow
