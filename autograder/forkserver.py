@@ -8,9 +8,16 @@ it is asked for, its child builds the same sandbox as :func:`sandbox.start_worke
 script (new mount, network and PID namespaces, a root of its own, limits, a user id of its
 own) around itself and serves the harness as ``python -m autograder.worker`` would.
 
-What the server holds is only imported modules: never a plan, a test, a reference answer or
-a submission. It is told a worker's folder, limits and environment, and is handed the
-worker's pipes; every worker is a fresh fork of that clean state. Where it cannot help (a
+What the server holds is only imported modules (and, in a warm server, what the grader's own
+warm-up left in them): never a plan, a test, a reference answer or a submission. It is told a
+worker's folder, limits and environment, and is handed the worker's pipes; every worker is a
+fresh fork of that clean state.
+
+A worker whose cells use ``torch.compile`` or numba's ``@njit`` comes from a warm server of its
+kind (:data:`WARM_UPS`), started beside the plain one on first need: its first compile would
+otherwise begin with 3-5 s of imports (Inductor) or of numba compiling its own helpers (array
+creation, slicing, copies), in every such worker, where the server pays them once. Other workers
+keep the plain server, so they do not carry (or pay for) what they never use. Where it cannot help (a
 GPU grader: CUDA does not survive a fork; not Linux; ``GPUCOURSE_FORK_SERVER=0``) or cannot
 start, workers start as separate interpreters, as before.
 
@@ -37,7 +44,7 @@ import traceback
 from pathlib import Path
 
 ENABLE_ENV = "GPUCOURSE_FORK_SERVER"  # "0": start every worker as a separate interpreter
-READY_SECONDS = 120.0  # the server's own start (its imports), on a busy machine
+READY_SECONDS = 180.0  # the server's own start (its imports and warm-up), on a busy machine
 PID_SECONDS = 30.0  # a fork, on a busy machine
 _CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
@@ -93,7 +100,7 @@ class ForkedProcess:
 class ForkServer:
     """One fork server, started by (and dying with) this grading process."""
 
-    def __init__(self, threads: int):
+    def __init__(self, threads: int, warm_ups: tuple[str, ...] = ()):
         import tempfile
 
         from . import sandbox
@@ -106,7 +113,7 @@ class ForkServer:
         # Each worker's waiter writes to that worker's log instead.
         handle, log = tempfile.mkstemp(prefix="gpucourse-forkserver-", suffix=".log")
         try:
-            self.process = subprocess.Popen([sys.executable, "-I", "-m", "autograder.forkserver", str(theirs.fileno())],
+            self.process = subprocess.Popen([sys.executable, "-I", "-m", "autograder.forkserver", str(theirs.fileno()), *warm_ups],
                                             env=env, stdin=subprocess.DEVNULL, stdout=handle, stderr=handle,
                                             pass_fds=(theirs.fileno(),), start_new_session=True)
             theirs.close()
@@ -144,7 +151,7 @@ class ForkServer:
             self.process.kill()
 
 
-_servers: dict[int, ForkServer | None] = {}  # threads -> this process's server (None: it could not start)
+_servers: dict[tuple, ForkServer | None] = {}  # (threads, warm-ups) -> this process's server (None: it could not start)
 _servers_lock = threading.Lock()
 
 
@@ -158,19 +165,27 @@ def enabled() -> bool:
     return not torch.cuda.is_available()
 
 
-def server(threads: int) -> ForkServer | None:
-    """This process's fork server for workers of ``threads`` threads, started on first use; None where it cannot start."""
+def warm_ups_for(cells) -> tuple[str, ...]:
+    """The warm-ups (names in :data:`WARM_UPS`) that a worker holding ``cells`` would use."""
+    text = "\n".join(cells)
+    return tuple(name for name, (needs, _) in WARM_UPS.items() if needs(text))
+
+
+def server(threads: int, warm_ups: tuple[str, ...] = ()) -> ForkServer | None:
+    """This process's fork server for workers of ``threads`` threads, warmed by ``warm_ups``, started on
+    first use; None where it cannot start."""
+    key = (threads, tuple(sorted(warm_ups)))
     with _servers_lock:
-        current = _servers.get(threads, False)
+        current = _servers.get(key, False)
         if current is False or (current is not None and not current.alive()):
             if not _servers:
                 atexit.register(_stop_all)
             try:
-                current = ForkServer(threads)
+                current = ForkServer(*key)
             except OSError as error:
                 print(f"autograder: workers start as separate interpreters: {error}", file=sys.stderr)
                 current = None
-            _servers[threads] = current
+            _servers[key] = current
         return current
 
 
@@ -305,6 +320,39 @@ def _close_all_but(keep: set[int]) -> None:
                 pass
 
 
+def _import_inductor() -> None:
+    """What ``torch.compile`` imports on first use (Dynamo) and on its first compile (Inductor): 4-5 s of CPU.
+    Imports only: a compile here would start Inductor's pool of compiler processes, which must not be forked."""
+    import torch._dynamo  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
+
+
+def _compile_njit_helpers() -> None:
+    """The grader's own function, compiled for float32 and float64: numba then holds its compiled helpers for
+    array creation, slicing and copies, which a student's first compile would otherwise build (about 4 s)."""
+    import numpy as np
+    from numba import njit
+
+    @njit
+    def warm_up(a, b):
+        m, k = a.shape
+        c = np.zeros((m, b.shape[1]), dtype=a.dtype)
+        for i in range(m):
+            for p in range(k):
+                c[i, :] += a[i, p] * b[p, :]
+        return c[:m, :].copy()
+
+    for dtype in (np.float32, np.float64):
+        warm_up(np.ones((4, 4), dtype), np.ones((4, 4), dtype))
+
+
+# name -> (whether a worker's cells need it, what a warm server does before it says it is ready)
+WARM_UPS = {
+    "inductor": (lambda text: "torch.compile" in text, _import_inductor),
+    "njit": (lambda text: "njit" in text, _compile_njit_helpers),
+}
+
+
 def main(argv: list[str]) -> int:
     channel = socket.socket(fileno=int(argv[1]))
     # What a worker imports before it says it is ready, and numba, which every kernel module's cells import.
@@ -312,6 +360,8 @@ def main(argv: list[str]) -> int:
 
     from . import worker  # noqa: F401
 
+    for name in argv[2:]:
+        WARM_UPS[name][1]()
     channel.send(b"ready")
     _serve(channel)
     return 0

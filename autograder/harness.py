@@ -35,7 +35,7 @@ from gpucourse.triton_compiler import describe_signature as describe_triton_sign
 from gpucourse.triton_compiler import signature_descriptor as triton_signature_descriptor
 from gpucourse.triton_compiler import triton_compile_report
 
-from . import compile_seed, kernel_gate, njit_gate, protocol, sandbox, torch_gate
+from . import kernel_gate, njit_gate, protocol, sandbox, torch_gate
 from .clock import FairClock, tree_cpu_seconds
 from .outcomes import Outcome
 from .skeleton import CellOrigin, Plan, TestItem, defined_names
@@ -213,8 +213,7 @@ class StudentWorker:
         """
         failure = ""
         for _ in range(2):
-            self.process = sandbox.start_worker(self.workdir, self.limits, self.hidden_paths,
-                                                seed_compile_cache=compile_seed.uses_compile(self.cells))
+            self.process = sandbox.start_worker(self.workdir, self.limits, self.hidden_paths, self.cells)
             self.isolation = self.process.isolation
             try:
                 reply = protocol.decode_from_worker(protocol.read_frame(

@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,24 +150,25 @@ def log_tail(workdir: Path, characters: int = 4000) -> str:
         return ""
 
 
-def start_worker(workdir: Path, limits: Limits, hidden_paths: list[Path] = (), seed_compile_cache: bool = False) -> WorkerProcess:
-    """Start a worker (``python -I -m autograder.worker``) in ``workdir`` (the submission's own folder).
+def start_worker(workdir: Path, limits: Limits, hidden_paths: list[Path] = (), cells: Sequence[str] = ()) -> WorkerProcess:
+    """Start a worker (``python -I -m autograder.worker``) in ``workdir`` (the submission's own folder),
+    made ready for ``cells``, the code it will be sent.
 
     It is forked from this process's fork server where there is one (:mod:`autograder.forkserver`:
-    the same sandbox, without importing torch again), else started as an interpreter of its own.
-    With ``seed_compile_cache``, its Inductor cache starts as a copy of the grader's warm one
-    (:mod:`autograder.compile_seed`).
+    the same sandbox, without importing torch again; a warm server for cells that compile), else
+    started as an interpreter of its own. For cells that use ``torch.compile``, its Inductor cache
+    starts as a copy of the grader's warm one (:mod:`autograder.compile_seed`).
     """
     from . import forkserver
 
     workdir = Path(workdir).resolve()
     namespaces = namespaces_available()
-    if seed_compile_cache:
+    if compile_seed.uses_compile(cells):
         compile_seed.copy_into(workdir, sandbox_user() if namespaces else None)
     to_worker_read, to_worker = os.pipe()
     from_worker, from_worker_write = os.pipe()
     log = log_path(workdir)
-    server = forkserver.server(limits.threads) if forkserver.enabled() else None
+    server = forkserver.server(limits.threads, forkserver.warm_ups_for(cells)) if forkserver.enabled() else None
     try:
         process = None
         if server is not None:

@@ -5,9 +5,10 @@ fresh environment takes about 40 s on a 2-core machine where pip takes 70 s and 
 30 s more. pip installs uv into the environment first (the version pinned in constraints.txt);
 where that or uv fails (no registry, an unusual platform), pip installs as before.
 
-Either way every package is byte-compiled at install: graders run student code in a sandbox that
-sees the environment read-only, where an interpreter could not write a missing ``.pyc`` and would
-compile the module again in every process.
+Either way every package is byte-compiled at install, the course's own (installed editable, so
+they stay in the repository) included: graders run student code in a sandbox that sees the
+environment read-only, where an interpreter could not write a missing ``.pyc`` and would compile
+the module again in every process; so would every process where PYTHONDONTWRITEBYTECODE is set.
 
 uv does not read pip's configuration, so the places pip is told to look (``find-links``,
 ``index-url``, ``extra-index-url``, in pip.conf or PIP_* variables) are handed to uv: on a machine
@@ -23,6 +24,7 @@ import shlex
 import subprocess
 import sys
 import sysconfig
+from pathlib import Path
 
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
 LOCATIONS = {"find-links": "--find-links", "index-url": "--index-url", "extra-index-url": "--extra-index-url"}
@@ -69,6 +71,16 @@ def install_with_pip(constraints: str, requirement: str) -> None:
         compileall.compile_dir(folder, quiet=2, workers=0)
 
 
+def compile_own_packages(root: Path) -> None:
+    """Byte-compile the packages pyproject.toml names (about 0.1 s saved in every fresh interpreter that imports them)."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: they compile where they are imported, as before
+        return
+    for package in tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]:
+        compileall.compile_dir(root / package.replace(".", "/"), maxlevels=0, quiet=1)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--constraints", default="constraints.txt")
@@ -79,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     if not install_with_uv(args.constraints, args.requirement):
         print("install: uv was not available or failed; installing with pip", file=sys.stderr)
         install_with_pip(args.constraints, args.requirement)
+    compile_own_packages(Path(__file__).resolve().parent.parent)
     return 0
 
 

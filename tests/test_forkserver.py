@@ -46,21 +46,21 @@ def ready(process: sandbox.WorkerProcess):
     return protocol.decode_from_worker(protocol.read_frame(process.from_worker, time.monotonic() + 120, time.monotonic))
 
 
-def started(workdir: Path, forked: bool, monkeypatch, limits=LIMITS) -> sandbox.WorkerProcess:
+def started(workdir: Path, forked: bool, monkeypatch, limits=LIMITS, cells=()) -> sandbox.WorkerProcess:
     with monkeypatch.context() as patched:
         patched.setattr(forkserver, "enabled", lambda: forked)
-        process = sandbox.start_worker(workdir, limits, [])
+        process = sandbox.start_worker(workdir, limits, [], cells)
     assert isinstance(process.process, forkserver.ForkedProcess) == forked
     return process
 
 
-def seen_from_inside(tmp_path: Path, forked: bool, monkeypatch) -> dict:
+def seen_from_inside(tmp_path: Path, forked: bool, monkeypatch, cells=()) -> dict:
     workdir = tmp_path / ("forked" if forked else "own") / "work" / "student"
     workdir.mkdir(parents=True)
-    process = started(workdir, forked, monkeypatch)
+    process = started(workdir, forked, monkeypatch, cells=cells)
     try:
         assert ready(process) == ("ready",)
-        assert request(process, ("exec", LOOK_AROUND)) == ("ok",)
+        assert request(process, ("exec", LOOK_AROUND + "\nVIEW['modules'] = sorted(sys.modules)")) == ("ok",)
         kind, view = request(process, ("value", "VIEW"))
         assert kind == "return", view
     finally:
@@ -84,11 +84,33 @@ def test_a_forked_worker_sees_what_a_worker_started_on_its_own_sees(isolation, t
         # Without namespaces a pid is just a number, and /tmp is the machine's, which other tests write to meanwhile.
         for view in (forked, own):
             del view["pid_in_namespace"], view["tmp"]
+    forked_modules, own_modules = set(forked.pop("modules")), set(own.pop("modules"))
+    assert own_modules <= forked_modules  # the server imports more than a worker does (numba, say): never less
     assert forked == own
     if isolation == "namespaces":  # the full sandbox: a user of its own, no network, first of its PID namespace
         assert forked["ids"][0] >= sandbox.FIRST_SANDBOX_UID and forked["ids"][3] == []
         assert forked["network"] != "connected" and forked["pid_in_namespace"] == 1 and forked["no_new_privs"] == ["1"]
     assert forked["limits"][0] == (LIMITS.memory_bytes,) * 2 and forked["limits"][2] == (LIMITS.file_bytes,) * 2
+
+
+# Cells that use what a warm server prepares, and a module that only its warm-up imports.
+WARM_CELLS = {"inductor": ("import torch\nf = torch.compile(lambda x: x + 1)\n", "torch._inductor.compile_fx"),
+              "njit": ("from numba import njit\n\n@njit\ndef f(a):\n    return a\n", "numba.core.typing.arraydecl")}
+
+
+@pytest.mark.parametrize("warm_up", sorted(forkserver.WARM_UPS))
+def test_a_worker_that_compiles_comes_warm_from_a_server_of_its_own_in_the_same_sandbox(warm_up, tmp_path, monkeypatch):
+    """Its cells name what it compiles with; it sees the sandbox a plain forked worker sees, plus the warm-up's modules,
+    which the plain server's workers do not carry."""
+    cells, warmed_module = WARM_CELLS[warm_up]
+    assert forkserver.warm_ups_for([cells]) == (warm_up,) and forkserver.warm_ups_for(["x = 1"]) == ()
+    warm = seen_from_inside(tmp_path / "warm", True, monkeypatch, [cells])
+    plain = seen_from_inside(tmp_path / "plain", True, monkeypatch)
+    assert forkserver._servers.get((LIMITS.threads, (warm_up,))) is not None
+    assert warmed_module in warm.pop("modules") and warmed_module not in plain.pop("modules")
+    for view in (warm, plain):
+        del view["tmp"]  # a compiling worker's folder holds its copy of the compile cache
+    assert warm == plain
 
 
 def test_forked_workers_do_not_share_randomness(tmp_path, monkeypatch):
