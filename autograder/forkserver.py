@@ -293,8 +293,23 @@ def _become_worker(request: dict, to_worker: int, from_worker: int, log: int) ->
     os.environ.clear()
     os.environ.update(request["env"])
     tempfile.tempdir = None  # read TMPDIR (the student's folder) afresh
+    _rehome_imported_paths()
     np.random.seed()  # a fresh interpreter's randomness, not a copy of the server's
     return worker.main(["autograder.worker", str(to_worker), str(from_worker)])
+
+
+def _rehome_imported_paths() -> None:
+    """What a warm-up's imports computed from the server's folder and user, computed again for the worker's.
+
+    Inductor fixes its precompiled headers' folder (TMPDIR/torchinductor_<user>) when its codecache is
+    imported; everything else it reads from the environment when it compiles (checked by
+    tests/test_forkserver.py and tests/test_compile_seed.py: a warm worker compiles in its own folder)."""
+    codecache = sys.modules.get("torch._inductor.codecache")
+    if codecache is not None:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        codecache._HEADER_DIR = os.path.join(default_cache_dir(), "precompiled_headers")
+        codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
 
 
 def _fits(address_space: int | None) -> bool:

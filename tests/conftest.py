@@ -57,11 +57,11 @@ STUDENTS = {"alice": "solutions", "bob": "assignments"}
 
 @dataclass(frozen=True)
 class CourseGrading:
-    """One ``autograder grade ASSIGNMENT SUBMISSIONS --jobs 2`` run on a scratch course.
+    """One ``autograder grade ASSIGNMENT SUBMISSIONS`` run on a scratch course.
 
-    The trusted harness grades alice (the reference solution) and bob (the untouched release)
-    in the CLI's pool of sandboxed workers; nbgrader records the verdicts in the course's
-    gradebook. Treat ``course`` as read-only: copy it to change it (other tests read it).
+    The trusted harness grades alice (the reference solution) and bob (the untouched release),
+    one after the other in one pool process (its fork servers serve both; the adversarial suite
+    grades with two jobs); nbgrader records the verdicts in the course's gradebook. Treat ``course`` as read-only: copy it to change it (other tests read it).
     """
 
     assignment: str
@@ -90,7 +90,7 @@ def _grade_course(assignment: str, folder: Path) -> dict:
     submissions = make_submissions(folder / "submissions", STUDENTS, assignment)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        returncode = cli.main(["--course", str(course), "grade", assignment, str(submissions), "--jobs", "2"])
+        returncode = cli.main(["--course", str(course), "grade", assignment, str(submissions), "--jobs", "1"])
     return {"course": str(course), "submissions": str(submissions), "returncode": returncode,
             "printed": out.getvalue(), "errors": err.getvalue()}
 

@@ -54,13 +54,13 @@ def started(workdir: Path, forked: bool, monkeypatch, limits=LIMITS, cells=()) -
     return process
 
 
-def seen_from_inside(tmp_path: Path, forked: bool, monkeypatch, cells=()) -> dict:
+def seen_from_inside(tmp_path: Path, forked: bool, monkeypatch, cells=(), look=LOOK_AROUND) -> dict:
     workdir = tmp_path / ("forked" if forked else "own") / "work" / "student"
     workdir.mkdir(parents=True)
     process = started(workdir, forked, monkeypatch, cells=cells)
     try:
         assert ready(process) == ("ready",)
-        assert request(process, ("exec", LOOK_AROUND + "\nVIEW['modules'] = sorted(sys.modules)")) == ("ok",)
+        assert request(process, ("exec", look + "\nVIEW['modules'] = sorted(sys.modules)")) == ("ok",)
         kind, view = request(process, ("value", "VIEW"))
         assert kind == "return", view
     finally:
@@ -69,6 +69,8 @@ def seen_from_inside(tmp_path: Path, forked: bool, monkeypatch, cells=()) -> dic
     # What the shell that starts a separate interpreter in its sandbox adds on its way (cd, exec) is left out.
     view["environment"] = {name: value.replace(str(workdir), "<workdir>") for name, value in view["environment"].items()
                            if name not in ("OLDPWD", "PWD", "SHLVL", "_")}
+    if "compile_paths" in view:
+        view["compile_paths"] = {name: path.replace(str(workdir), "<workdir>") for name, path in view["compile_paths"].items()}
     return view
 
 
@@ -93,6 +95,15 @@ def test_a_forked_worker_sees_what_a_worker_started_on_its_own_sees(isolation, t
     assert forked["limits"][0] == (LIMITS.memory_bytes,) * 2 and forked["limits"][2] == (LIMITS.file_bytes,) * 2
 
 
+# Where a worker's compiles would write: Inductor's cache and its precompiled headers, numba's cache.
+COMPILE_PATHS = """
+from torch._inductor import codecache
+from torch._inductor.runtime.cache_dir_utils import cache_dir
+from numba.core import config as numba_config
+VIEW["compile_paths"] = {"inductor": cache_dir(), "headers": codecache._HEADER_DIR, "header_locks": codecache._HEADER_LOCK_DIR,
+                         "numba": numba_config.CACHE_DIR or os.getcwd()}
+"""
+
 # Cells that use what a warm server prepares, and a module that only its warm-up imports.
 WARM_CELLS = {"inductor": ("import torch\nf = torch.compile(lambda x: x + 1)\n", "torch._inductor.compile_fx"),
               "njit": ("from numba import njit\n\n@njit\ndef f(a):\n    return a\n", "numba.core.typing.arraydecl")}
@@ -104,10 +115,14 @@ def test_a_worker_that_compiles_comes_warm_from_a_server_of_its_own_in_the_same_
     which the plain server's workers do not carry."""
     cells, warmed_module = WARM_CELLS[warm_up]
     assert forkserver.warm_ups_for([cells]) == (warm_up,) and forkserver.warm_ups_for(["x = 1"]) == ()
-    warm = seen_from_inside(tmp_path / "warm", True, monkeypatch, [cells])
+    warm = seen_from_inside(tmp_path / "warm", True, monkeypatch, [cells], LOOK_AROUND + COMPILE_PATHS)
     plain = seen_from_inside(tmp_path / "plain", True, monkeypatch)
     assert forkserver._servers.get((LIMITS.threads, (warm_up,))) is not None
     assert warmed_module in warm.pop("modules") and warmed_module not in plain.pop("modules")
+    # Where the warm worker's compiles go: its own folder, as in a worker that imported the compilers itself.
+    fresh = seen_from_inside(tmp_path / "fresh", True, monkeypatch, look=LOOK_AROUND + COMPILE_PATHS)
+    paths = fresh.pop("compile_paths")
+    assert warm.pop("compile_paths") == paths and all(path.startswith("<workdir>") for path in paths.values()), paths
     for view in (warm, plain):
         del view["tmp"]  # a compiling worker's folder holds its copy of the compile cache
     assert warm == plain
