@@ -17,9 +17,10 @@ A worker whose cells use ``torch.compile`` or numba's ``@njit`` comes from a war
 kind (:data:`WARM_UPS`), started beside the plain one on first need: its first compile would
 otherwise begin with 3-5 s of imports (Inductor) or of numba compiling its own helpers (array
 creation, slicing, copies), in every such worker, where the server pays them once. Other workers
-keep the plain server, so they do not carry (or pay for) what they never use. Where it cannot help (a
-GPU grader: CUDA does not survive a fork; not Linux; ``GPUCOURSE_FORK_SERVER=0``) or cannot
-start, workers start as separate interpreters, as before.
+keep the plain server, so they do not carry (or pay for) what they never use.
+
+Where it cannot help (a GPU grader: CUDA does not survive a fork; not Linux;
+``GPUCOURSE_FORK_SERVER=0``) or cannot start, workers start as separate interpreters, as before.
 
 Each worker has a waiter: the server's child, which unshares the namespaces, forks the
 worker (the first process of its PID namespace) and reports its exit status on a pipe the
@@ -42,6 +43,8 @@ import threading
 import time
 import traceback
 from pathlib import Path
+
+from . import compile_seed
 
 ENABLE_ENV = "GPUCOURSE_FORK_SERVER"  # "0": start every worker as a separate interpreter
 READY_SECONDS = 180.0  # the server's own start (its imports and warm-up), on a busy machine
@@ -167,8 +170,8 @@ def enabled() -> bool:
 
 def warm_ups_for(cells) -> tuple[str, ...]:
     """The warm-ups (names in :data:`WARM_UPS`) that a worker holding ``cells`` would use."""
-    text = "\n".join(cells)
-    return tuple(name for name, (needs, _) in WARM_UPS.items() if needs(text))
+    cells = list(cells)
+    return tuple(name for name, (needs, _) in WARM_UPS.items() if needs(cells))
 
 
 def server(threads: int, warm_ups: tuple[str, ...] = ()) -> ForkServer | None:
@@ -363,8 +366,8 @@ def _compile_njit_helpers() -> None:
 
 # name -> (whether a worker's cells need it, what a warm server does before it says it is ready)
 WARM_UPS = {
-    "inductor": (lambda text: "torch.compile" in text, _import_inductor),
-    "njit": (lambda text: "njit" in text, _compile_njit_helpers),
+    "inductor": (compile_seed.uses_compile, _import_inductor),
+    "njit": (lambda cells: any("njit" in cell for cell in cells), _compile_njit_helpers),
 }
 
 

@@ -41,6 +41,36 @@ def budget_seconds(notebook: Path) -> float:
     return CPU_BUDGET_SECONDS.get(Path(notebook).stem, DEFAULT_BUDGET_SECONDS)
 
 
+class LoadMeter:
+    """How much load from outside this process's tree slowed what ran inside ``with LoadMeter() as meter:``.
+
+    The budgets are for a quiet machine (a student's), so a run on a busy one (the other test workers,
+    a second test run) is counted in quiet-machine seconds, as the grader counts its limits
+    (:class:`autograder.clock.FairClock`: each wall second counts 1 / slowdown, at most
+    ``MAX_SLOWDOWN``, so a runaway notebook still fails).
+    """
+
+    def __enter__(self) -> LoadMeter:
+        from autograder.clock import FairClock
+
+        self._clock = FairClock().__enter__()
+        self._started = time.monotonic()
+        self.slowdown = 1.0
+        return self
+
+    def __exit__(self, *exc) -> None:
+        wall, fair = time.monotonic() - self._started, self._clock.now()
+        self._clock.__exit__(*exc)
+        self.slowdown = max(wall / fair, 1.0) if fair > 0 else 1.0  # the clock samples load: never below 1 by rounding
+
+
+def assert_within_budget(path: Path, seconds: float, meter: LoadMeter) -> None:
+    """``path`` (a lecture or a solution notebook) ran ``seconds`` of wall time, under ``meter``: within its budget."""
+    budget, quiet = budget_seconds(path), seconds / meter.slowdown
+    print(f"{path.name}: {seconds:.1f} s, {quiet:.1f} s on a quiet machine (average slowdown {meter.slowdown:.2f})")
+    assert quiet < budget, f"{path.name} took {quiet:.0f} s on a quiet machine ({seconds:.0f} s here), over its {budget} s budget"
+
+
 def source(assignment: str, root: Path = REPO_ROOT) -> Path:
     """The instructor's notebook: reference solutions and hidden tests."""
     return Path(root) / "solutions" / assignment / f"{assignment}.ipynb"

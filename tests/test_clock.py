@@ -96,3 +96,18 @@ def test_read_frame_deadline_is_on_the_given_clock():
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+def test_a_notebook_budget_counts_quiet_machine_seconds_and_can_fail():
+    """tests/course_helpers.LoadMeter: a quiet stretch counts about 1:1, and a slow notebook still fails its budget."""
+    from pathlib import Path
+
+    from course_helpers import LoadMeter, assert_within_budget, budget_seconds
+
+    with LoadMeter() as meter:
+        time.sleep(0.5)
+    assert 1.0 <= meter.slowdown <= clock.MAX_SLOWDOWN
+    notebook = Path("01_gpu_basics.ipynb")
+    assert_within_budget(notebook, budget_seconds(notebook) * meter.slowdown * 0.9, meter)
+    with pytest.raises(AssertionError, match="over its"):
+        assert_within_budget(notebook, budget_seconds(notebook) * meter.slowdown * 1.1, meter)

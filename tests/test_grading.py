@@ -13,7 +13,8 @@ from autograder import compile_seed
 from autograder.plain_nbgrader import autograde
 from course_helpers import (
     ASSIGNMENTS,
-    budget_seconds,
+    LoadMeter,
+    assert_within_budget,
     executed_seconds,
     facts,
     keep_executed,
@@ -34,13 +35,15 @@ class RoundTrip:
     @pytest.fixture(scope="class")
     @classmethod
     def round_trip(cls, tmp_path_factory):
-        """(course folder, scores per student and grade_id) of one nbgrader autograde run."""
+        """(course folder, scores per student and grade_id, how busy the machine was) of one nbgrader autograde run."""
         assignment = cls.module
         submissions = {"reference": source(assignment), "untouched": release(assignment)}
         course = tmp_path_factory.mktemp(assignment)
         if compile_seed.uses_compile([source(assignment).read_text()]):
             compile_seed.warm_default_cache()  # the kernels compile where a lecture's do, and start as warm
-        return course, autograde(assignment, submissions, course)
+        with LoadMeter() as meter:
+            graded = autograde(assignment, submissions, course)
+        return course, graded, meter
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -49,16 +52,14 @@ class RoundTrip:
 
     def test_reference_solution_runs_top_to_bottom_within_its_budget(self, round_trip):
         """nbgrader's executed copy of the reference: no cell raised, and it ran within the budget."""
-        course, _ = round_trip
+        course, _, meter = round_trip
         name = f"{self.module}.ipynb"
         executed = course / "autograded" / "reference" / self.module / name
         notebook = nbformat.read(executed, as_version=4)
         seconds = executed_seconds(notebook)
         # Kept beside the lecture of the same name, for scripts/gpu_check.sh's report.
         keep_executed(notebook, f"{self.module}-solution.ipynb", f"solutions/{self.module}/{name}", seconds)
-        budget = budget_seconds(executed)
-        print(f"{name}: {seconds:.1f} s")
-        assert seconds < budget, f"{name} took {seconds:.0f} s, over its {budget} s budget"
+        assert_within_budget(executed, seconds, meter)
         assert output_errors(notebook) == []
         executed_cells = [cell for cell in notebook.cells if cell.cell_type == "code" and cell.source.strip()]
         assert all(cell.execution_count for cell in executed_cells), "every code cell ran"
