@@ -52,6 +52,17 @@ def machine_runnable() -> int | None:
     return None
 
 
+def oom_kills() -> int | None:
+    """How many processes the kernel's out-of-memory killer has killed since boot (``/proc/vmstat``), or None."""
+    try:
+        for line in (_PROC / "vmstat").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def _task_states(pid: int) -> Iterable[tuple[int, str]]:
     """(tid, state letter) of every thread of process ``pid``."""
     try:
@@ -184,7 +195,8 @@ class WallClock:
 
 
 def tree_cpu_seconds(roots: Iterable[int]) -> float:
-    """CPU time used so far by every process in the trees below ``roots``, threads that ended included."""
+    """CPU time used so far by every process in the trees below ``roots``: threads that ended, and
+    children that ended and were reaped (counted in their parent's ``cutime``), included."""
     total, seen, pending = 0.0, set(), list(roots)
     while pending:
         pid = pending.pop()
@@ -195,5 +207,16 @@ def tree_cpu_seconds(roots: Iterable[int]) -> float:
             total += time.clock_gettime(((~pid) << 3) | 2)  # the process's CPU clock (CPUCLOCK_SCHED, all its threads)
         except OSError:
             continue
+        total += _reaped_children_cpu(pid)
         pending += children(pid)
     return total
+
+
+def _reaped_children_cpu(pid: int) -> float:
+    """User and system time of ``pid``'s children that ended and were waited for (clock ticks: 10 ms)."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rfind(")") + 2:].split()  # from field 3 (state) on; cutime and cstime are fields 16 and 17
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")

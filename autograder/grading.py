@@ -148,12 +148,15 @@ def grade_assignment(
     progress: Callable[[str], None] | None = print,
     students: set[str] | None = None,
     only: set[str] | None = None,
+    scratch_parent: Path | None = None,
 ) -> dict[str, StudentReport]:
     """Grade every submission of ``assignment`` (or the ``students`` named); return a report per student.
 
     ``only``: grade just these items; the others keep what the student's last grading gave
     them (``autograded/<student>/<assignment>/grading.json``), e.g. to regrade GPU items on a
     GPU machine. Students the grader failed on (a grader error) get nothing recorded.
+    ``scratch_parent``: where the run's scratch folder (the workers' folders) goes, instead of the
+    system's temporary folder (tests tell their own runs' workers apart by it).
     """
     course_root = Path(course_root).resolve()
     source_path = course_root / "solutions" / assignment / f"{assignment}.ipynb"
@@ -162,7 +165,7 @@ def grade_assignment(
         known = {item.grade_id for item in skeleton.make_plan(*[nbformat.read(source_path, as_version=4)] * 2).items}
         if only - known:
             raise ValueError(f"no graded item {', '.join(sorted(only - known))} in {assignment} (items: {', '.join(sorted(known))})")
-    with tempfile.TemporaryDirectory(prefix=f"grade-{assignment}-") as scratch_name:
+    with tempfile.TemporaryDirectory(prefix=f"grade-{assignment}-", dir=scratch_parent) as scratch_name:
         scratch = Path(scratch_name)
         found = find_submissions(Path(submissions), assignment, scratch)
         if students is not None:

@@ -36,7 +36,7 @@ from gpucourse.triton_compiler import signature_descriptor as triton_signature_d
 from gpucourse.triton_compiler import triton_compile_report
 
 from . import kernel_gate, njit_gate, protocol, sandbox, torch_gate
-from .clock import FairClock, tree_cpu_seconds
+from .clock import FairClock, oom_kills, tree_cpu_seconds
 from .outcomes import Outcome
 from .skeleton import CellOrigin, Plan, TestItem, defined_names
 
@@ -57,7 +57,11 @@ class WorkerTimeout(Exception):
 
 
 class WorkerCrashed(Exception):
-    """The student's worker process died."""
+    """The student's worker process died; ``killed``: by SIGKILL (the kernel's out-of-memory killer's signal)."""
+
+    def __init__(self, description: str, killed: bool = False):
+        super().__init__(description)
+        self.killed = killed
 
 
 class StudentError(Exception):
@@ -296,8 +300,9 @@ class StudentWorker:
             raise
         except (protocol.ChannelClosed, BrokenPipeError, OSError, ValueError) as error:
             description = self._exit_description()
+            killed = self.process is not None and self.process.killed_by_sigkill()
             self.stop()
-            raise WorkerCrashed(f"{description} ({error})" if isinstance(error, ValueError) else description) from None
+            raise WorkerCrashed(f"{description} ({error})" if isinstance(error, ValueError) else description, killed) from None
 
     def _exit_description(self) -> str:
         """How the worker ended, once it has (its pipe can close a moment before it is reaped)."""
@@ -479,9 +484,12 @@ class StudentFunction:
         finally:
             block_file.unlink(missing_ok=True)
         _check_digests(self.name, outputs, digests, weights)
-        if devices.device_class() == "cuda":
+        on_gpu = devices.device_class() == "cuda"
+        if on_gpu:
             used_loading = 0.0  # a GPU grader's worker copies and pins inputs as it loads them: CPU that is not a cheat
-        return _charged_seconds(seconds, used_running, used_loading, calls), outputs
+        # Only CPU time when the worker's whole tree is accounted for (its own PID namespace) and does all the work (no GPU).
+        cpu_only = self.worker.isolation == "namespaces" and not on_gpu
+        return _charged_seconds(seconds, used_running, used_loading, calls, cpu_only=cpu_only), outputs
 
 
 class KernelLaunch:
@@ -594,15 +602,22 @@ LOAD_CPU_ALLOWANCE = 0.003  # seconds per block
 LOAD_CPU_ALLOWANCE_PER_CALL = 0.0002
 
 
-def _charged_seconds(wall: float, used_running: float, used_loading: float, calls) -> float:
-    """The seconds a timed block is charged: its wall time, or the CPU time its worker used meanwhile
-    if more (threads beyond the one the grader allows), plus any CPU time the worker used between
-    receiving the inputs and "go" beyond what loading takes (outputs computed ahead of the clock).
+def _charged_seconds(wall: float, used_running: float, used_loading: float, calls, *, cpu_only: bool = False) -> float:
+    """The seconds a timed block is charged, plus any CPU time the worker used between receiving the
+    inputs and "go" beyond what loading takes (outputs computed ahead of the clock).
+
+    ``cpu_only``: the CPU time the worker's process tree used meanwhile. Waiting for a core on a
+    busy machine is not CPU time, so a loaded grader charges honest code what a quiet one does
+    (wall time there stretched by whatever else ran, differently for the two sides of a ratio).
+    It is used where every process the student's code can start or reach is in that tree (a PID
+    and network namespace of its own) and the work cannot go to a GPU, where it uses no CPU.
+    Otherwise: the wall time, or that CPU time if more (threads beyond the one the grader allows).
 
     Work queued on a GPU while loading uses almost no CPU, so on a GPU it is not caught this way.
     """
     allowance = LOAD_CPU_ALLOWANCE + LOAD_CPU_ALLOWANCE_PER_CALL * len(calls)
-    return max(wall, used_running) + max(0.0, used_loading - allowance)
+    running = used_running if cpu_only else max(wall, used_running)
+    return running + max(0.0, used_loading - allowance)
 
 
 def _check_digests(name: str, outputs, digests, weights) -> None:
@@ -752,10 +767,11 @@ def _grade_with_retry(item: TestItem, plan: Plan, namespace: dict, worker: Stude
                       limits: sandbox.Limits, notebook_deadline: float) -> ItemResult:
     if worker.clock.now() > notebook_deadline:
         return ItemResult(item.grade_id, item.points, Outcome.TIMEOUT, 0.0, "the whole notebook ran past its time limit")
-    result, timing_failed = _grade_item(item, plan, namespace, worker, reference, limits, notebook_deadline)
-    if timing_failed:
-        # Measured once more: a burst of load on a shared machine must not cost a correct answer
-        # its points. Only then: a wrong answer gets no second draw of random inputs.
+    result, second_chance = _grade_item(item, plan, namespace, worker, reference, limits, notebook_deadline)
+    if second_chance:
+        # Graded once more: a burst of load on a shared machine (a measured time short of its
+        # threshold, a worker the out-of-memory killer chose) must not cost a correct answer its
+        # points. Only then: a wrong answer gets no second draw of random inputs.
         retry, _ = _grade_item(item, plan, namespace, worker, reference, limits, notebook_deadline)
         result = retry if retry.outcome == Outcome.PASSED else result
     return result
@@ -775,7 +791,8 @@ def _trusted_namespace(plan: Plan, notes: list[str]) -> dict:
 
 def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, reference: StudentWorker,
                 limits: sandbox.Limits, notebook_deadline: float) -> tuple[ItemResult, bool]:
-    """The item's result, and whether it failed on a measured time (see :class:`~gpucourse.check.TimingFailure`)."""
+    """The item's result, and whether it deserves a second chance: it failed on a measured time (see
+    :class:`~gpucourse.check.TimingFailure`), or the out-of-memory killer killed its worker meanwhile."""
     if item.requires_gpu and devices.device_class() != "cuda":
         return ItemResult(item.grade_id, item.points, Outcome.NEEDS_GPU, 0.0,
                           "needs a GPU: not graded on this machine (no score, not a 0); regrade this item on a CUDA machine"), False
@@ -789,7 +806,7 @@ def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, r
     for name in plan.reference_functions:
         if callable(base.get(name)):
             namespace[name] = ReferenceFunction(base[name], reference, name, remaining)
-    output, timing_failed = io.StringIO(), False
+    output, second_chance, oom_kills_before = io.StringIO(), False, oom_kills()
     try:
         kinds = _result("names", worker.request(("names", plan.api_names), remaining()))
         for name, kind in kinds.items():
@@ -804,12 +821,14 @@ def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, r
         outcome, score, message = Outcome.TIMEOUT, 0.0, f"your code ran past the {limits.item_seconds:.0f} s limit for this item"
     except WorkerCrashed as crash:
         outcome, score, message = Outcome.CRASHED, 0.0, f"your code crashed the process: {crash}"
+        # The out-of-memory killer picks its victim machine-wide: a neighbour's fork bomb can choose this worker.
+        second_chance = crash.killed and oom_kills_before is not None and (oom_kills() or 0) > oom_kills_before
     except GraderError:
         raise
     except Exception as error:  # noqa: BLE001 - any failure of the test is the item's outcome
         text = _first_line(str(error)) or "test failed"
-        outcome, score, timing_failed = Outcome.FAILED, 0.0, isinstance(error, TimingFailure)
+        outcome, score, second_chance = Outcome.FAILED, 0.0, isinstance(error, TimingFailure)
         message = text if getattr(error, "from_student", False) else f"{type(error).__name__}: {text}"
         if isinstance(error, NameError):  # most often a name an earlier cell should have defined, had it run
             message += worker.name_error_cause(text, item.question)
-    return ItemResult(item.grade_id, item.points, outcome, score, message, output.getvalue()[-2000:], time.monotonic() - started), timing_failed
+    return ItemResult(item.grade_id, item.points, outcome, score, message, output.getvalue()[-2000:], time.monotonic() - started), second_chance

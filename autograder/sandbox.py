@@ -35,6 +35,7 @@ from .clock import children
 # Each grading process runs its workers under a user id of their own, without a name: the
 # per-user process limit then caps one student's fork bomb without starving the others.
 FIRST_SANDBOX_UID = 200_000
+KILL_SECONDS = 60.0  # a killed worker's processes are gone (see WorkerProcess.kill)
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,11 @@ class WorkerProcess:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        # The waiter (or unshare) exits once the namespace is empty: the dying init waits for all its
+        # processes. Until then they count against the user's process limit, so a worker started
+        # sooner could not start a thread (so it went, after a 10 s wait, for a fork bomb graded beside a second test run).
         try:
-            self.process.wait(timeout=10)
+            self.process.wait(timeout=KILL_SECONDS)
         except subprocess.TimeoutExpired:
             pass
         if hasattr(self.process, "close"):  # a forked worker's status pipe
@@ -85,6 +89,9 @@ class WorkerProcess:
                 os.close(fd)
             except OSError:
                 pass
+
+    def killed_by_sigkill(self) -> bool:
+        return self.process.poll() in (-signal.SIGKILL, 128 + signal.SIGKILL)
 
     def exit_description(self) -> str:
         code = self.process.poll()

@@ -100,10 +100,11 @@ def grade(root: Path, students: dict[str, dict[str, bytes]] | None, *, limits=LI
     started_wall, started = time.time(), time.monotonic()
     with this_test_clock() as clock:
         try:
-            reports = grade_assignment(ASSIGNMENT, submissions, course_root=course, jobs=jobs, limits=limits, gradebook=gradebook, progress=None)
+            reports = grade_assignment(ASSIGNMENT, submissions, course_root=course, jobs=jobs, limits=limits, gradebook=gradebook,
+                                       progress=None, scratch_parent=root)
         finally:
             seconds, fair_seconds = time.monotonic() - started, clock.now()
-            leftovers = reap_sandbox_processes(names, started_wall)
+            leftovers = reap_sandbox_processes(names, started_wall, root)
     return Run(course, submissions, reports, leftovers, seconds, fair_seconds)
 
 
@@ -120,8 +121,14 @@ def _boot_time() -> float:
 
 
 _BOOT_TIME, _TICKS = _boot_time(), os.sysconf("SC_CLK_TCK")
-# A worker's folder in the grader's scratch: <tmp>/grade-<assignment>-XXXX/work/<student>[.reference|.kernel-...]
-_WORKER_FOLDER = re.compile(rf"/grade-{re.escape(ASSIGNMENT)}-[^/]+/work/(?P<student>[^/.]+)(?:\.reference|\.kernel-[^/]+)?$")
+
+
+def _worker_folder(scratch_parent: Path) -> re.Pattern:
+    """A worker's folder in a grading run's scratch, which :func:`grade` puts in its own ``root``:
+    <root>/grade-<assignment>-XXXX/work/<student>[.reference|.kernel-...]. Only this test's: a test on the
+    other pytest worker may grade a student of the same name at the same time."""
+    return re.compile(rf"{re.escape(str(scratch_parent.resolve()))}/grade-{re.escape(ASSIGNMENT)}-[^/]+/work/"
+                      r"(?P<student>[^/.]+)(?:\.reference|\.kernel-[^/]+)?$")
 
 
 def _worker_folders(pid: str) -> list[str]:
@@ -136,15 +143,15 @@ def _worker_folders(pid: str) -> list[str]:
     return folders
 
 
-def _sandbox_processes(students: set[str], since: float) -> list[tuple[int, bool, str]]:
+def _sandbox_processes(students: set[str], since: float, scratch_parent: Path) -> list[tuple[int, bool, str]]:
     """(pid, whether it is its PID namespace's init, student) of the sandbox processes that this
-    test started: their HOME or working folder is a worker folder of one of ``students``, and they
-    started after ``since``."""
-    found = []
+    test started: their HOME or working folder is a worker folder of one of ``students`` in a run
+    under ``scratch_parent``, and they started after ``since``."""
+    pattern, found = _worker_folder(scratch_parent), []
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not entry.isdigit():
             continue
-        matches = [match for folder in _worker_folders(entry) if (match := _WORKER_FOLDER.search(folder))]
+        matches = [match for folder in _worker_folders(entry) if (match := pattern.search(folder))]
         if not matches or matches[0]["student"] not in students:
             continue
         try:
@@ -160,14 +167,14 @@ def _sandbox_processes(students: set[str], since: float) -> list[tuple[int, bool
     return found
 
 
-def reap_sandbox_processes(students: set[str], since: float, grace: float = 5.0) -> list[str]:
+def reap_sandbox_processes(students: set[str], since: float, scratch_parent: Path, grace: float = 5.0) -> list[str]:
     """Kill the sandbox processes of this run that outlived grading; return how many each student left.
 
     A process that dies within ``grace`` seconds after grading returned does not count.
     Killing a PID namespace's init kills everything in its namespace (fork bombs included).
     """
     deadline = time.monotonic() + grace
-    while (found := _sandbox_processes(students, since)) and time.monotonic() < deadline:
+    while (found := _sandbox_processes(students, since, scratch_parent)) and time.monotonic() < deadline:
         time.sleep(0.2)
     per_student: dict[str, int] = {}
     for _, _, student in found:
@@ -179,7 +186,7 @@ def reap_sandbox_processes(students: set[str], since: float, grace: float = 5.0)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.2)
-        found = _sandbox_processes(students, since)
+        found = _sandbox_processes(students, since, scratch_parent)
     assert not found, f"could not kill the sandbox processes left by grading: {found[:10]}"
     return [f"{count} process(es) of {student}" for student, count in sorted(per_student.items())]
 
@@ -638,7 +645,7 @@ class TestGraderFailures:
         # "no process outlives grading" check of this file would pass without looking.
         seen = []
         while thread.is_alive() and not seen and time.monotonic() < deadline:
-            seen = _sandbox_processes({"petra", "quinn"}, started)
+            seen = _sandbox_processes({"petra", "quinn"}, started, tmp_path)
             time.sleep(0.1)
         killed = _kill_pool_processes()
         thread.join(timeout=600)

@@ -1,5 +1,7 @@
 """The harness's limits on a student's cells: a burst of load is forgiven once, a hang is not."""
 
+import itertools
+
 import pytest
 
 from autograder import harness, sandbox, skeleton
@@ -61,6 +63,58 @@ def test_a_timing_failure_is_measured_once_more(tmp_path):
     first_run_only = "if len(LOG.read_text().splitlines()) == 1:\n    raise check.TimingFailure('measured 2x, need 3x')\n"
     item, attempts = _graded_with_a_log(tmp_path, first_run_only)
     assert (item.outcome, len(attempts)) == (Outcome.PASSED, 2), (item, attempts)
+
+
+# The first call in this folder gets its process killed by the kernel with SIGKILL (its CPU-time limit: a
+# PID namespace's init ignores a SIGKILL sent from inside it), as the out-of-memory killer would kill it
+# when another process exhausts the machine's memory; later calls (in a fresh worker) answer.
+_KILLED_BY_THE_KERNEL = """
+        signal.signal(signal.SIGXCPU, signal.SIG_IGN)  # past the soft limit; SIGKILL past the hard one
+        limit = int(time.process_time()) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 1))
+        while True:
+            pass
+"""
+KILLED_ONCE = """
+import os, resource, signal, time
+
+def answer():
+    if not os.path.exists("killed-once"):
+        open("killed-once", "w").close()
+""" + _KILLED_BY_THE_KERNEL + """    return 42
+"""
+ALWAYS_KILLED = "import os, resource, signal, time\n\ndef answer():\n    if True:\n" + _KILLED_BY_THE_KERNEL
+
+
+def _out_of_memory_kills_meanwhile(monkeypatch):
+    """The machine's count of out-of-memory kills (read by the harness, in this process) rises between reads."""
+    kills = itertools.count()
+    monkeypatch.setattr(harness, "oom_kills", lambda: next(kills))
+
+
+def test_a_worker_the_out_of_memory_killer_chose_gets_its_item_graded_once_more(tmp_path, monkeypatch):
+    """A correct answer whose worker the out-of-memory killer chose (a neighbour's fork bomb) keeps its points."""
+    _out_of_memory_kills_meanwhile(monkeypatch)
+    item, attempts = _graded_with_a_log(tmp_path, "assert answer() == 42\n", KILLED_ONCE)
+    assert (item.outcome, len(attempts)) == (Outcome.PASSED, 2), (item, attempts)
+
+
+def test_an_answer_killed_each_time_is_tried_twice_and_crashes(tmp_path, monkeypatch):
+    _out_of_memory_kills_meanwhile(monkeypatch)
+    item, attempts = _graded_with_a_log(tmp_path, "assert answer() == 42\n", ALWAYS_KILLED)
+    assert (item.outcome, len(attempts)) == (Outcome.CRASHED, 2), (item, attempts)
+    assert "killed by signal 9" in item.message, item.message
+
+
+def test_a_sigkill_without_an_out_of_memory_kill_gets_no_second_draw(tmp_path):
+    """The student's code can have itself killed (here by its own CPU-time limit): no second draw for that."""
+    item, attempts = _graded_with_a_log(tmp_path, "assert answer() == 42\n", KILLED_ONCE)
+    assert (item.outcome, len(attempts)) == (Outcome.CRASHED, 1), (item, attempts)
+
+
+def test_a_crash_of_another_kind_gets_no_second_draw(tmp_path):
+    item, attempts = _graded_with_a_log(tmp_path, "assert answer() == 42\n", "import os\n\ndef answer():\n    os._exit(3)\n")
+    assert (item.outcome, len(attempts)) == (Outcome.CRASHED, 1), (item, attempts)
 
 
 def test_a_wrong_answer_gets_no_second_draw(tmp_path):

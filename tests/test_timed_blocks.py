@@ -56,17 +56,20 @@ def test_course_functions_travel_by_name():
         protocol.LibraryFunction("os", "system").open()
 
 
-def test_tree_cpu_counts_threads_that_ended_and_children():
+def test_tree_cpu_counts_threads_that_ended_and_children_alive_or_reaped():
     burn = ("import threading, time\n"
             "def burn():\n    t = time.process_time()\n    while time.process_time() - t < 0.3:\n        pass\n"
-            "thread = threading.Thread(target=burn)\nthread.start()\nthread.join()\ntime.sleep(30)\n")
-    parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {burn!r}])\ntime.sleep(30)"],
-                              start_new_session=True)
+            "thread = threading.Thread(target=burn)\nthread.start()\nthread.join()\n")
+    # One child burns 0.3 s in a thread that ends and then sleeps on; the other burns 0.3 s, ends and is waited for.
+    parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {burn + 'time.sleep(30)'!r}])\n"
+                               f"subprocess.run([sys.executable, '-c', {burn!r}])\nprint('reaped', flush=True)\ntime.sleep(30)"],
+                              start_new_session=True, stdout=subprocess.PIPE, text=True)
     try:
+        assert parent.stdout.readline() == "reaped\n"
         deadline = time.monotonic() + 20
-        while tree_cpu_seconds([parent.pid]) < 0.3 and time.monotonic() < deadline:
+        while tree_cpu_seconds([parent.pid]) < 0.6 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert 0.3 <= tree_cpu_seconds([parent.pid]) < 5  # the child's ended thread is in, with both start-ups
+        assert 0.6 <= tree_cpu_seconds([parent.pid]) < 5  # both children's ended threads are in, with the start-ups
     finally:
         os.killpg(parent.pid, signal.SIGKILL)
         parent.wait()
@@ -79,6 +82,15 @@ def test_tree_cpu_counts_threads_that_ended_and_children():
 ])
 def test_a_block_is_charged_what_its_worker_used(wall, running, loading, calls, expected):
     assert harness._charged_seconds(wall, running, loading, [()] * calls) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("wall, running, loading, calls, expected", [
+    (0.080, 0.019, 0.001, 10, 0.019),  # an honest block on a busy machine: its CPU time, not the time it waited for a core
+    (0.020, 0.040, 0.001, 10, 0.040),  # two threads busy: their CPU time
+    (0.005, 0.004, 0.105, 10, 0.004 + 0.105 - harness.LOAD_CPU_ALLOWANCE - 10 * harness.LOAD_CPU_ALLOWANCE_PER_CALL),  # work before "go"
+])
+def test_a_sandboxed_cpu_block_is_charged_its_cpu_time(wall, running, loading, calls, expected):
+    assert harness._charged_seconds(wall, running, loading, [()] * calls, cpu_only=True) == pytest.approx(expected)
 
 
 def test_cpu_digests_are_exact_and_keyed():
@@ -125,6 +137,27 @@ def test_a_second_thread_is_charged_its_cpu_time(tmp_path):
             "assert result.speedup < 1.3, f'the second thread was not charged: {result}'\n")
     plan = Plan(context=[setup], student_cells=[setup, student], items=[skeleton.TestItem("test_threads", 1.0, test)],
                 api_names=["two_threads"])
+    (tmp_path / "work").mkdir()
+    [item] = harness.grade(plan, tmp_path / "work").items
+    assert item.outcome == "passed", item.message
+
+
+@pytest.mark.slow
+def test_work_done_in_a_child_process_is_charged(tmp_path):
+    """A timed function whose forked child does the matmul and is waited for before the function returns: the
+    child's CPU time is charged (its parent's ``cutime``), so it is no faster than the matmul done in place."""
+    from autograder import skeleton
+    from autograder.skeleton import Plan
+
+    setup = "import torch\nfrom gpucourse import check, timing\n\ndef in_place(a, b):\n    return a @ b\n"
+    student = ("import os\nimport torch\n\ndef in_a_child(a, b):\n    path = f'product-{os.getpid()}.pt'\n    child = os.fork()\n"
+               "    if child == 0:\n        torch.save(a @ b, path)\n        os._exit(0)\n    os.waitpid(child, 0)\n"
+               "    product = torch.load(path)\n    os.remove(path)\n    return product\n")
+    test = ("result = timing.compare_speed(in_place, in_a_child, lambda: (torch.randn(1536, 1536), torch.randn(1536, 1536)), rounds=5,\n"
+            "                              check=lambda args, out: check.assert_close(out, args[0] @ args[1], rtol=1e-3, atol=1e-3))\n"
+            "assert result.speedup < 1.3, f'the child was not charged: {result}'\n")
+    plan = Plan(context=[setup], student_cells=[setup, student], items=[skeleton.TestItem("test_child", 1.0, test)],
+                api_names=["in_a_child"])
     (tmp_path / "work").mkdir()
     [item] = harness.grade(plan, tmp_path / "work").items
     assert item.outcome == "passed", item.message
