@@ -129,7 +129,16 @@ class ForkServer:
             os.unlink(log)
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        """Whether the server still serves: it never writes after "ready", so a readable socket means it is gone.
+
+        Asked of the socket, not of ``process``: a pool process inherits this server from
+        multiprocessing's fork server (see :mod:`autograder._pool_preload`) and is not its
+        parent, so ``Popen.poll`` there would report it ended."""
+        try:
+            readable, _, _ = select.select([self.socket], [], [], 0)
+        except (OSError, ValueError):  # closed here
+            return False
+        return not readable
 
     def start(self, request: dict, fds: list[int]) -> ForkedProcess:
         """Fork a worker for ``request`` handing it ``fds`` (its two pipe ends, then its log)."""

@@ -234,12 +234,13 @@ def _pool_round(tasks: dict, jobs: int, reports: dict, report_progress, earlier_
 
 def _pool_context():
     """Pool processes that hold no state of the caller's: forked from multiprocessing's fork server, a
-    fresh interpreter that has imported this module once (not every pool process again: 3 s each);
+    fresh interpreter that has imported this module once (not every pool process again: 3 s each) and
+    started the workers' plain fork server they all share (:mod:`autograder._pool_preload`);
     a fresh interpreter each where there is no fork server (not Linux)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__])
+    context.set_forkserver_preload([__name__, "autograder._pool_preload"])
     return context
 
 

@@ -4,6 +4,7 @@ Each check starts a worker both ways through :func:`autograder.sandbox.start_wor
 server switched off for one of them) and compares what the worker's code sees from inside.
 """
 
+import os
 import time
 from pathlib import Path
 
@@ -187,3 +188,22 @@ def test_a_server_leaves_no_file_behind(tmp_path, monkeypatch):
         assert server.alive() and list(tmp_path.iterdir()) == []
     finally:
         server.stop()
+
+
+def _plain_server_pid(_) -> tuple[int, int | None]:
+    """In a pool process: (its pid, the pid of the plain fork server it would fork workers from)."""
+    time.sleep(0.5)  # both pool processes get a call
+    server = forkserver.server(sandbox.Limits().threads)
+    return os.getpid(), server.process.pid if server is not None and server.alive() else None
+
+
+def test_a_grading_runs_pool_processes_share_one_plain_server():
+    """Started once in multiprocessing's fork server (autograder._pool_preload), not once per pool process."""
+    import concurrent.futures
+
+    from autograder import grading
+
+    with concurrent.futures.ProcessPoolExecutor(max_workers=2, mp_context=grading._pool_context()) as pool:
+        answers = list(pool.map(_plain_server_pid, range(4)))
+    pool_processes, servers = {pid for pid, _ in answers}, {server for _, server in answers}
+    assert len(pool_processes) == 2 and len(servers) == 1 and None not in servers, answers
