@@ -267,8 +267,31 @@ def _wait_for_worker(request: dict, to_worker: int, from_worker: int, log: int, 
             os._exit(code)
     for fd in (to_worker, from_worker, log):
         os.close(fd)
-    _, wait_status = os.waitpid(worker, 0)
+    wait_status = _wait_unless_abandoned(worker, status)
     os.write(status, f"exit {os.waitstatus_to_exitcode(wait_status)}\n".encode())
+
+
+def _wait_unless_abandoned(worker: int, status: int) -> int:
+    """The worker's wait status, once it ends; it is killed first if the process that asked for it dies.
+
+    The server outlives any one grading process (pool processes share it: :mod:`autograder._pool_preload`),
+    so a killed pool process's workers would otherwise run on. That process holds the status pipe's
+    read end: when it dies, the pipe reports an error on this end."""
+    watch = select.poll()
+    watch.register(status, select.POLLERR)
+    try:
+        exited = os.pidfd_open(worker)
+        watch.register(exited, select.POLLIN)
+        interval = None
+    except (AttributeError, OSError):  # no pidfd (Linux before 5.3): look again twice a second
+        interval = 500
+    while True:
+        done, wait_status = os.waitpid(worker, os.WNOHANG)
+        if done:
+            return wait_status
+        if any(events & select.POLLERR for fd, events in watch.poll(interval) if fd == status):
+            os.kill(worker, signal.SIGKILL)  # the PID namespace's init: everything in it goes too
+            return os.waitpid(worker, 0)[1]
 
 
 def _become_worker(request: dict, to_worker: int, from_worker: int, log: int) -> int:

@@ -207,3 +207,44 @@ def test_a_grading_runs_pool_processes_share_one_plain_server():
         answers = list(pool.map(_plain_server_pid, range(4)))
     pool_processes, servers = {pid for pid, _ in answers}, {server for _, server in answers}
     assert len(pool_processes) == 2 and len(servers) == 1 and None not in servers, answers
+
+
+_KEPT = []  # in the pool process: the worker's handles stay open until that process dies
+
+
+def _start_a_spinning_worker(workdir: str) -> tuple[int, int]:
+    """In a pool process: a worker forked from the shared server, busy in an endless loop; (this pid, its waiter's)."""
+    process = sandbox.start_worker(Path(workdir), LIMITS, [], [])
+    assert ready(process) == ("ready",)
+    protocol.write_frame(process.to_worker, protocol.encode_for_worker(("exec", "while True:\n    pass\n")))
+    _KEPT.append(process)
+    return os.getpid(), process.process.pid
+
+
+def test_a_killed_pool_processs_workers_do_not_outlive_it(tmp_path):
+    """The shared server outlives a pool process; the waiter kills the worker once the process that asked for it is gone."""
+    import concurrent.futures
+    import signal
+
+    from autograder import grading
+    from autograder.clock import children
+
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=grading._pool_context())
+    try:
+        pool_process, waiter = pool.submit(_start_a_spinning_worker, str(tmp_path)).result(timeout=180)
+        assert children(waiter), "the worker runs"
+        os.kill(pool_process, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while _exists(waiter) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _exists(waiter), "the worker (and its waiter) still run after the pool process that started it died"
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
