@@ -43,20 +43,19 @@ def cores() -> int:
 
 def machine_runnable() -> int | None:
     """Tasks runnable on the whole machine right now (``procs_running``), or None without /proc."""
-    try:
-        for line in (_PROC / "stat").read_text().splitlines():
-            if line.startswith("procs_running"):
-                return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return None
+    return _proc_counter("stat", "procs_running")
 
 
 def oom_kills() -> int | None:
     """How many processes the kernel's out-of-memory killer has killed since boot (``/proc/vmstat``), or None."""
+    return _proc_counter("vmstat", "oom_kill")
+
+
+def _proc_counter(file: str, name: str) -> int | None:
+    """The number on the line ``<name> <number>`` of ``/proc/<file>``, or None."""
     try:
-        for line in (_PROC / "vmstat").read_text().splitlines():
-            if line.startswith("oom_kill "):
+        for line in (_PROC / file).read_text().splitlines():
+            if line.split(maxsplit=1)[:1] == [name]:
                 return int(line.split()[1])
     except (OSError, ValueError):
         pass

@@ -122,42 +122,36 @@ def test_compile_caches_live_in_each_workers_own_folder(tmp_path):
     assert item.outcome == "passed", item.message
 
 
+def _timed_against_the_matmul_in_place(tmp_path, student: str, name: str, size: int, rounds: int = 15) -> str:
+    """Grade a test that times ``name`` (defined by ``student``) against ``a @ b`` on size × size inputs and
+    asserts it is not measured faster; the failure message, or "" if it passed."""
+    from autograder import skeleton
+    from autograder.skeleton import Plan
+
+    setup = "import torch\nfrom gpucourse import check, timing\n\ndef in_place(a, b):\n    return a @ b\n"
+    test = (f"result = timing.compare_speed(in_place, {name}, lambda: (torch.randn({size}, {size}), torch.randn({size}, {size})), rounds={rounds},\n"
+            "                              check=lambda args, out: check.assert_close(out, args[0] @ args[1], rtol=1e-3, atol=1e-3))\n"
+            f"assert result.speedup < 1.3, f'{name} was not charged all its work: {{result}}'\n")
+    plan = Plan(context=[setup], student_cells=[setup, student], items=[skeleton.TestItem("test_charged", 1.0, test)], api_names=[name])
+    (tmp_path / "work").mkdir()
+    [item] = harness.grade(plan, tmp_path / "work").items
+    return "" if item.outcome == "passed" else item.message
+
+
 @pytest.mark.slow
 def test_a_second_thread_is_charged_its_cpu_time(tmp_path):
     """A timed function that runs its matmul on two threads, against the same matmul on the one thread the
     grader allows: charged the CPU time both threads used, it is no faster (on two free cores its wall time halves)."""
-    from autograder import skeleton
-    from autograder.skeleton import Plan
-
-    setup = "import torch\nfrom gpucourse import check, timing\n\ndef one_thread(a, b):\n    return a @ b\n"
     student = ("import torch\n\ndef two_threads(a, b):\n    torch.set_num_threads(2)\n    try:\n        return a @ b\n"
                "    finally:\n        torch.set_num_threads(1)\n")
-    test = ("result = timing.compare_speed(one_thread, two_threads, lambda: (torch.randn(768, 768), torch.randn(768, 768)),\n"
-            "                              check=lambda args, out: check.assert_close(out, args[0] @ args[1], rtol=1e-3, atol=1e-3))\n"
-            "assert result.speedup < 1.3, f'the second thread was not charged: {result}'\n")
-    plan = Plan(context=[setup], student_cells=[setup, student], items=[skeleton.TestItem("test_threads", 1.0, test)],
-                api_names=["two_threads"])
-    (tmp_path / "work").mkdir()
-    [item] = harness.grade(plan, tmp_path / "work").items
-    assert item.outcome == "passed", item.message
+    assert _timed_against_the_matmul_in_place(tmp_path, student, "two_threads", 768) == ""
 
 
 @pytest.mark.slow
 def test_work_done_in_a_child_process_is_charged(tmp_path):
     """A timed function whose forked child does the matmul and is waited for before the function returns: the
     child's CPU time is charged (its parent's ``cutime``), so it is no faster than the matmul done in place."""
-    from autograder import skeleton
-    from autograder.skeleton import Plan
-
-    setup = "import torch\nfrom gpucourse import check, timing\n\ndef in_place(a, b):\n    return a @ b\n"
     student = ("import os\nimport torch\n\ndef in_a_child(a, b):\n    path = f'product-{os.getpid()}.pt'\n    child = os.fork()\n"
                "    if child == 0:\n        torch.save(a @ b, path)\n        os._exit(0)\n    os.waitpid(child, 0)\n"
                "    product = torch.load(path)\n    os.remove(path)\n    return product\n")
-    test = ("result = timing.compare_speed(in_place, in_a_child, lambda: (torch.randn(1536, 1536), torch.randn(1536, 1536)), rounds=5,\n"
-            "                              check=lambda args, out: check.assert_close(out, args[0] @ args[1], rtol=1e-3, atol=1e-3))\n"
-            "assert result.speedup < 1.3, f'the child was not charged: {result}'\n")
-    plan = Plan(context=[setup], student_cells=[setup, student], items=[skeleton.TestItem("test_child", 1.0, test)],
-                api_names=["in_a_child"])
-    (tmp_path / "work").mkdir()
-    [item] = harness.grade(plan, tmp_path / "work").items
-    assert item.outcome == "passed", item.message
+    assert _timed_against_the_matmul_in_place(tmp_path, student, "in_a_child", 1536, rounds=5) == ""
