@@ -31,6 +31,13 @@ from typing import Callable, Iterable
 
 MAX_SLOWDOWN = 6.0
 SAMPLE_SECONDS = 0.2
+# A second measurement after a burst of load waits for the burst to pass: until the slowdown has
+# stayed at CALM_SLOWDOWN (or half the first measurement's) for CALM_HOLD_SECONDS, at most
+# CALM_WAIT_SECONDS of wall time. A first measurement at CALM_SLOWDOWN or less is retried at once:
+# a CI machine running tests in parallel is always that busy, and waiting there would buy nothing.
+CALM_SLOWDOWN = 2.0
+CALM_HOLD_SECONDS = 1.0
+CALM_WAIT_SECONDS = 30.0
 _PROC = Path("/proc")
 
 
@@ -159,6 +166,25 @@ class FairClock:
         others = max(total - ours, 0)
         return min(max((others + 1) / self.cores, 1.0), self.max_slowdown)
 
+    def mean_slowdown(self, since: tuple[float, float]) -> float:
+        """The mean slowdown since ``since``, a ``(time.monotonic(), self.now())`` pair taken then."""
+        wall, fair = time.monotonic() - since[0], self.now() - since[1]
+        return wall / fair if fair > 0 else 1.0
+
+    def wait_for_calm(self, busy: float) -> float:
+        """After a measurement made at mean slowdown ``busy``, wait until other load has fallen (see
+        CALM_SLOWDOWN); return the wall seconds waited. Only the sampler's readings are consulted:
+        our own workers' load never counts, so a student's code cannot make the grader wait."""
+        if not self.available or busy <= CALM_SLOWDOWN:
+            return 0.0
+        target, started, calm_since = max(CALM_SLOWDOWN, busy / 2), time.monotonic(), None
+        while time.monotonic() - started < CALM_WAIT_SECONDS:
+            calm_since = (calm_since or time.monotonic()) if self.slowdown <= target else None
+            if calm_since is not None and time.monotonic() - calm_since >= CALM_HOLD_SECONDS:
+                break
+            time.sleep(self.sample_seconds)
+        return time.monotonic() - started
+
     def _advance(self, slowdown: float) -> None:
         with self._lock:
             wall = time.monotonic()
@@ -191,6 +217,12 @@ class WallClock:
 
     def now(self) -> float:
         return time.monotonic() - self._start
+
+    def mean_slowdown(self, since: tuple[float, float]) -> float:
+        return 1.0
+
+    def wait_for_calm(self, busy: float) -> float:
+        return 0.0
 
 
 def tree_cpu_seconds(roots: Iterable[int]) -> float:

@@ -49,6 +49,54 @@ def test_fair_seconds_run_slower_by_the_slowdown(monkeypatch):
     assert fair.worst_slowdown == 2.0
 
 
+def _clock_seeing(slowdowns, monkeypatch):
+    """A running fair clock whose samples of other load are ``slowdowns``, one per sample, then the last forever."""
+    readings = iter(slowdowns)
+    last = [slowdowns[0]]
+
+    def measure(self):
+        last[0] = next(readings, last[0])
+        return last[0]
+
+    monkeypatch.setattr(clock, "machine_runnable", lambda: 1)
+    monkeypatch.setattr(FairClock, "measure_slowdown", measure)
+    monkeypatch.setattr(clock, "CALM_HOLD_SECONDS", 0.2)
+    return FairClock(sample_seconds=0.02)
+
+
+def test_a_second_measurement_after_heavy_load_waits_for_the_load_to_pass(monkeypatch):
+    """A first try at slowdown 6 (another run's fork bomb): the retry waits until the slowdown is down
+    to 2 or less and has stayed there, not for the brief dip in between."""
+    with _clock_seeing([6.0] * 10 + [1.5] * 3 + [6.0] * 10 + [1.5], monkeypatch) as fair:
+        waited = fair.wait_for_calm(busy=6.0)
+        assert fair.slowdown == 1.5
+    assert 0.6 < waited < 5, waited  # 23 samples of 20 ms, then 0.2 s of calm
+
+
+def test_a_first_measurement_at_ordinary_load_is_retried_at_once(monkeypatch):
+    """Slowdown 2 is a CI machine's usual state (tests in parallel): waiting would only cost time."""
+    with _clock_seeing([2.0], monkeypatch) as fair:
+        assert fair.wait_for_calm(busy=clock.CALM_SLOWDOWN) == 0.0
+
+
+def test_a_load_that_never_passes_costs_a_bounded_wait(monkeypatch):
+    monkeypatch.setattr(clock, "CALM_WAIT_SECONDS", 0.5)
+    with _clock_seeing([6.0], monkeypatch) as fair:
+        assert 0.5 <= fair.wait_for_calm(busy=6.0) < 2
+
+
+def test_the_mean_slowdown_of_a_span_is_its_wall_time_over_its_fair_time(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(clock.time, "monotonic", lambda: now[0])
+    fair = FairClock()
+    since = (now[0], fair.now())
+    fair._advance(4.0)
+    now[0] += 4.0  # 4 wall s at slowdown 4: 1 fair s
+    fair._advance(1.0)
+    now[0] += 1.0  # 1 wall s at slowdown 1
+    assert fair.mean_slowdown(since) == pytest.approx(2.5)
+
+
 @needs_proc
 def test_runnable_tasks_of_a_process_tree_are_counted():
     """Busy grandchildren count towards the tree of the process that started them."""

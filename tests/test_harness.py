@@ -5,6 +5,7 @@ import itertools
 import pytest
 
 from autograder import harness, sandbox, skeleton
+from autograder.clock import FairClock
 from autograder.outcomes import Outcome
 from autograder.skeleton import Plan
 
@@ -58,11 +59,21 @@ def _graded_with_a_log(tmp_path, test_source: str, student_cell: str = "def answ
     return result.items[0], log.read_text().splitlines()
 
 
-def test_a_timing_failure_is_measured_once_more(tmp_path):
-    """A speed shortfall may be a burst of load: the item is run again, and passes if the second run does."""
+def _calm_waits(monkeypatch, first_try_slowdown: float) -> list[float]:
+    """Each first try's mean slowdown is ``first_try_slowdown``; the list collects the waits for calm asked of the clock."""
+    waits = []
+    monkeypatch.setattr(FairClock, "mean_slowdown", lambda self, since: first_try_slowdown)
+    monkeypatch.setattr(FairClock, "wait_for_calm", lambda self, busy: waits.append(busy) or 0.0)
+    return waits
+
+
+def test_a_timing_failure_is_measured_once_more_when_the_load_has_passed(tmp_path, monkeypatch):
+    """A speed shortfall may be a burst of load: the item is run again, after the burst (the clock's
+    wait_for_calm, tested in test_clock), and passes if the second run does."""
+    waits = _calm_waits(monkeypatch, first_try_slowdown=6.0)
     first_run_only = "if len(LOG.read_text().splitlines()) == 1:\n    raise check.TimingFailure('measured 2x, need 3x')\n"
     item, attempts = _graded_with_a_log(tmp_path, first_run_only)
-    assert (item.outcome, len(attempts)) == (Outcome.PASSED, 2), (item, attempts)
+    assert (item.outcome, len(attempts), waits) == (Outcome.PASSED, 2, [6.0]), (item, attempts, waits)
 
 
 # The first call in this folder gets its process killed by the kernel with SIGKILL (its CPU-time limit: a
@@ -117,10 +128,11 @@ def test_a_crash_of_another_kind_gets_no_second_draw(tmp_path):
     assert (item.outcome, len(attempts)) == (Outcome.CRASHED, 1), (item, attempts)
 
 
-def test_a_wrong_answer_gets_no_second_draw(tmp_path):
+def test_a_wrong_answer_gets_no_second_draw(tmp_path, monkeypatch):
     """Any other failure stands: a retry on new random inputs would pass an answer that is wrong half the time, 3 times in 4."""
+    waits = _calm_waits(monkeypatch, first_try_slowdown=6.0)
     item, attempts = _graded_with_a_log(tmp_path, "assert answer() == 42, 'wrong'\n", "def answer():\n    return 41\n")
-    assert (item.outcome, len(attempts)) == (Outcome.FAILED, 1), (item, attempts)
+    assert (item.outcome, len(attempts), waits) == (Outcome.FAILED, 1, []), (item, attempts, waits)
     assert item.message == "AssertionError: wrong", item.message
 
 
