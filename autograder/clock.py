@@ -37,7 +37,7 @@ SAMPLE_SECONDS = 0.2
 # a CI machine running tests in parallel is always that busy, and waiting there would buy nothing.
 CALM_SLOWDOWN = 2.0
 CALM_HOLD_SECONDS = 1.0
-CALM_WAIT_SECONDS = 30.0
+CALM_WAIT_SECONDS = 15.0
 _PROC = Path("/proc")
 
 
