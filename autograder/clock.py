@@ -166,8 +166,12 @@ class FairClock:
         others = max(total - ours, 0)
         return min(max((others + 1) / self.cores, 1.0), self.max_slowdown)
 
+    def mark(self) -> tuple[float, float]:
+        """This moment, for :meth:`mean_slowdown`: the wall clock's and this clock's readings."""
+        return time.monotonic(), self.now()
+
     def mean_slowdown(self, since: tuple[float, float]) -> float:
-        """The mean slowdown since ``since``, a ``(time.monotonic(), self.now())`` pair taken then."""
+        """The mean slowdown since ``since``, a :meth:`mark` taken then."""
         wall, fair = time.monotonic() - since[0], self.now() - since[1]
         return wall / fair if fair > 0 else 1.0
 
@@ -217,6 +221,9 @@ class WallClock:
 
     def now(self) -> float:
         return time.monotonic() - self._start
+
+    def mark(self) -> tuple[float, float]:
+        return time.monotonic(), self.now()
 
     def mean_slowdown(self, since: tuple[float, float]) -> float:
         return 1.0

@@ -767,7 +767,7 @@ def _grade_with_retry(item: TestItem, plan: Plan, namespace: dict, worker: Stude
                       limits: sandbox.Limits, notebook_deadline: float) -> ItemResult:
     if worker.clock.now() > notebook_deadline:
         return ItemResult(item.grade_id, item.points, Outcome.TIMEOUT, 0.0, "the whole notebook ran past its time limit")
-    since = (time.monotonic(), worker.clock.now())
+    since = worker.clock.mark()
     result, second_chance = _grade_item(item, plan, namespace, worker, reference, limits, notebook_deadline)
     if second_chance:
         # Graded once more: a burst of load on a shared machine (a measured time short of its

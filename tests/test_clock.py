@@ -89,7 +89,7 @@ def test_the_mean_slowdown_of_a_span_is_its_wall_time_over_its_fair_time(monkeyp
     now = [100.0]
     monkeypatch.setattr(clock.time, "monotonic", lambda: now[0])
     fair = FairClock()
-    since = (now[0], fair.now())
+    since = fair.mark()
     fair._advance(4.0)
     now[0] += 4.0  # 4 wall s at slowdown 4: 1 fair s
     fair._advance(1.0)
