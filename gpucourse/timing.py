@@ -188,7 +188,7 @@ def compare_speed(
     ``block_seconds``. After each candidate block, outside the timed region,
     ``check(inputs, output)`` is called on every output of the block and must raise if
     one is wrong.
-    Warm-up calls (compilation, caches, allocator) are never timed.
+    Warm-up calls (compilation, caches, allocator) are never timed; the candidate's are checked too.
     Nine rounds by default: fresh inputs and the checks of every output cost more than the
     timed calls themselves (module 06: 11 s of an item's 12 at fifteen rounds), and the items
     that use the default kept their margins at nine (the thinnest, 06's fused tail, measured
@@ -203,7 +203,10 @@ def compare_speed(
     with fixed_threads(num_threads):
         for name, fn in (("baseline", baseline), ("candidate", candidate)):
             for _ in range(warmup):
-                fn(*makers[name]())
+                inputs = makers[name]()
+                output = fn(*inputs)
+                if name == "candidate" and check is not None:
+                    check(inputs, output)  # a wrong answer fails here, before any of the timing is spent on it
         # Blocks grow until one lasts block_seconds, so a fixed cost per block (a clock read,
         # or the round trip to another process) is small against the calls it times.
         calls = {name: _calls_per_block(fn, makers[name], block_seconds, _max_calls(max_calls_per_block, makers[name]()))

@@ -95,6 +95,26 @@ def test_compare_speed_raises_when_a_timed_output_is_wrong():
         timing.compare_speed(_sleeper(0.0002), wrong_after_warmup(), lambda: (torch.ones(1),), check=verify, rounds=2)
 
 
+def test_compare_speed_checks_the_warm_up_outputs_so_a_wrong_answer_costs_no_timing():
+    """A result cached by shape is right on its first call and wrong on its second (module 06's cached_tail):
+    the second warm-up call fails, before one block is timed."""
+    baseline_calls, last = [], {}
+
+    def baseline(x):
+        baseline_calls.append(1)
+        return x * 2
+
+    def cached_by_shape(x):
+        return last.setdefault(tuple(x.shape), x * 2)
+
+    def verify(args, output):
+        assert torch.equal(output, args[0] * 2), "wrong output"
+
+    with pytest.raises(AssertionError, match="wrong output"):
+        timing.compare_speed(baseline, cached_by_shape, lambda: (torch.randn(4),), check=verify, rounds=3, warmup=2)
+    assert len(baseline_calls) == 2, "only the baseline's warm-up ran"
+
+
 def test_compare_speed_rejects_zero_rounds():
     with pytest.raises(ValueError, match="rounds"):
         timing.compare_speed(_sleeper(0), _sleeper(0), lambda: (1,), rounds=0)
