@@ -796,7 +796,8 @@ def _trusted_namespace(plan: Plan, notes: list[str]) -> dict:
 def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, reference: StudentWorker,
                 limits: sandbox.Limits, notebook_deadline: float) -> tuple[ItemResult, bool]:
     """The item's result, and whether it deserves a second chance: it failed on a measured time (see
-    :class:`~gpucourse.check.TimingFailure`), or the out-of-memory killer killed its worker meanwhile."""
+    :class:`~gpucourse.check.TimingFailure`; not when the shortfall is conclusive), or the out-of-memory
+    killer killed its worker meanwhile."""
     if item.requires_gpu and devices.device_class() != "cuda":
         return ItemResult(item.grade_id, item.points, Outcome.NEEDS_GPU, 0.0,
                           "needs a GPU: not graded on this machine (no score, not a 0); regrade this item on a CUDA machine"), False
@@ -831,7 +832,7 @@ def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, r
         raise
     except Exception as error:  # noqa: BLE001 - any failure of the test is the item's outcome
         text = _first_line(str(error)) or "test failed"
-        outcome, score, second_chance = Outcome.FAILED, 0.0, isinstance(error, TimingFailure)
+        outcome, score, second_chance = Outcome.FAILED, 0.0, isinstance(error, TimingFailure) and not error.conclusive
         message = text if getattr(error, "from_student", False) else f"{type(error).__name__}: {text}"
         if isinstance(error, NameError):  # most often a name an earlier cell should have defined, had it run
             message += worker.name_error_cause(text, item.question)

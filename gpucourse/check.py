@@ -99,14 +99,28 @@ class TimingFailure(AssertionError):
     """A check on a measured time failed: a speedup short of what an item needs, a time off its mark.
 
     The one kind of failure a burst of load on a shared machine can cause to a correct answer, so
-    the grader measures such an item once more before it gives a 0 (and no other kind).
+    the grader measures such an item once more before it gives a 0 (and no other kind), unless
+    the failure is ``conclusive``: a shortfall no load explains (see :func:`assert_speedup`).
     """
+
+    def __init__(self, message: str, *, conclusive: bool = False):
+        super().__init__(message)
+        self.conclusive = conclusive
+
+
+# A speedup whose median and upper quartile of rounds are both under this fraction of what is
+# needed is a verdict, not bad luck: load that slows both sides alike cancels in the interleaved
+# ratio. In the full test suite on a loaded 2-core machine, no correct answer's first measurement
+# came under 1.3 times what it needed (the lowest: 06's fused tail, 1.74x against 1.3x), and most
+# wrong answers measure no faster at all (1.0x against 3-5x): measuring those again only costs time.
+CONCLUSIVE_FRACTION = 0.5
 
 
 def assert_speedup(result: SpeedResult, required: float, *, name: str = "speedup") -> None:
     """The measured speedup reaches ``required``; the message gives both numbers."""
     if not result.speedup >= required:
-        raise TimingFailure(f"{name}: measured {result.speedup:.1f}× faster, need {required:g}× — {result}")
+        conclusive = max(result.speedup, result.high) < CONCLUSIVE_FRACTION * required
+        raise TimingFailure(f"{name}: measured {result.speedup:.1f}× faster, need {required:g}× — {result}", conclusive=conclusive)
     print(f"{name}: {result} (needed {required:g}×)")
 
 

@@ -76,6 +76,27 @@ def test_a_timing_failure_is_measured_once_more_when_the_load_has_passed(tmp_pat
     assert (item.outcome, len(attempts), waits) == (Outcome.PASSED, 2, [6.0]), (item, attempts, waits)
 
 
+def test_a_conclusive_speed_shortfall_is_not_measured_again(tmp_path, monkeypatch):
+    """An answer no faster than the baseline where 4x is needed: no load explains that, so there is no second run
+    (wrong slow answers were half the retries of a full test run)."""
+    waits = _calm_waits(monkeypatch, first_try_slowdown=6.0)
+    slow = ("from gpucourse import timing\nresult = timing.speed_result([1.0] * 5, [0.98, 1.0, 1.02, 1.0, 0.99], 'CPU', 1)\n"
+            "check.assert_speedup(result, 4.0, name='answer vs the loop')\n")
+    item, attempts = _graded_with_a_log(tmp_path, slow)
+    assert (item.outcome, len(attempts), waits) == (Outcome.FAILED, 1, []), (item, attempts, waits)
+    assert "measured 1.0× faster, need 4×" in item.message, item.message
+
+
+def test_a_shortfall_near_the_mark_is_measured_again(tmp_path, monkeypatch):
+    """Three times faster where 4x is needed, or a middle half of rounds that reaches half of it: measured once more."""
+    _calm_waits(monkeypatch, first_try_slowdown=1.0)
+    for index, candidate_times in enumerate(("[1 / 3] * 5", "[1.0, 1.0, 1.0, 0.4, 0.4]")):
+        near = f"from gpucourse import timing\ncheck.assert_speedup(timing.speed_result([1.0] * 5, {candidate_times}, 'CPU', 1), 4.0)\n"
+        (tmp_path / str(index)).mkdir()
+        item, attempts = _graded_with_a_log(tmp_path / str(index), near)
+        assert (item.outcome, len(attempts)) == (Outcome.FAILED, 2), (candidate_times, item, attempts)
+
+
 # The first call in this folder gets its process killed by the kernel with SIGKILL (its CPU-time limit: a
 # PID namespace's init ignores a SIGKILL sent from inside it), as the out-of-memory killer would kill it
 # when another process exhausts the machine's memory; later calls (in a fresh worker) answer.
