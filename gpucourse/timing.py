@@ -200,13 +200,14 @@ def compare_speed(
         raise ValueError("rounds must be at least 1")
     makers = {"baseline": (lambda: tuple(baseline_inputs(*make_inputs()))) if baseline_inputs else make_inputs,
               "candidate": make_inputs}
+    # Only the candidate's outputs are checked: every warm-up output (a wrong answer fails before
+    # any of the timing is spent on it), and every timed one.
+    checks = {"baseline": lambda args, output: None, "candidate": check or (lambda args, output: None)}
     with fixed_threads(num_threads):
         for name, fn in (("baseline", baseline), ("candidate", candidate)):
             for _ in range(warmup):
                 inputs = makers[name]()
-                output = fn(*inputs)
-                if name == "candidate" and check is not None:
-                    check(inputs, output)  # a wrong answer fails here, before any of the timing is spent on it
+                checks[name](inputs, fn(*inputs))
         # Blocks grow until one lasts block_seconds, so a fixed cost per block (a clock read,
         # or the round trip to another process) is small against the calls it times.
         calls = {name: _calls_per_block(fn, makers[name], block_seconds, _max_calls(max_calls_per_block, makers[name]()))
@@ -218,11 +219,10 @@ def compare_speed(
                 inputs = [makers[name]() for _ in range(calls[name])]
                 seconds, outputs = _timed_block(fn, inputs)
                 per_call[name].append(seconds / calls[name])
-                if name == "candidate" and check is not None:
-                    # Checked block by block and then dropped: keeping every output alive would
-                    # make later calls pay for fresh memory (page faults) and bias the timing.
-                    for args, output in zip(inputs, outputs):
-                        check(args, output)
+                # Checked block by block and then dropped: keeping every output alive would
+                # make later calls pay for fresh memory (page faults) and bias the timing.
+                for args, output in zip(inputs, outputs):
+                    checks[name](args, output)
                 del inputs, outputs
         measured_on = describe(_device_of(make_inputs()))
     return speed_result(per_call["baseline"], per_call["candidate"], measured_on, num_threads)

@@ -51,7 +51,7 @@ def test_a_cell_that_always_hangs_is_skipped_after_its_second_try(tmp_path):
 def _graded_with_a_log(tmp_path, test_source: str, student_cell: str = "def answer():\n    return 42\n"):
     """Grade one item whose test appends a line to a log each time it runs; return the result and the lines."""
     log = tmp_path / "attempts.log"
-    context = f"import pathlib\nfrom gpucourse import check\nLOG = pathlib.Path({str(log)!r})\n"
+    context = f"import pathlib\nfrom gpucourse import check, timing\nLOG = pathlib.Path({str(log)!r})\n"
     test = "with LOG.open('a') as handle:\n    handle.write('attempt\\n')\n" + test_source
     plan = Plan(context=[context], student_cells=[student_cell], items=[skeleton.TestItem("test_answer", 1.0, test)], api_names=["answer"])
     (tmp_path / "work").mkdir()
@@ -80,7 +80,7 @@ def test_a_conclusive_speed_shortfall_is_not_measured_again(tmp_path, monkeypatc
     """An answer no faster than the baseline where 4x is needed: no load explains that, so there is no second run
     (wrong slow answers were half the retries of a full test run)."""
     waits = _calm_waits(monkeypatch, first_try_slowdown=6.0)
-    slow = ("from gpucourse import timing\nresult = timing.speed_result([1.0] * 5, [0.98, 1.0, 1.02, 1.0, 0.99], 'CPU', 1)\n"
+    slow = ("result = timing.speed_result([1.0] * 5, [0.98, 1.0, 1.02, 1.0, 0.99], 'CPU', 1)\n"
             "check.assert_speedup(result, 4.0, name='answer vs the loop')\n")
     item, attempts = _graded_with_a_log(tmp_path, slow)
     assert (item.outcome, len(attempts), waits) == (Outcome.FAILED, 1, []), (item, attempts, waits)
@@ -91,7 +91,7 @@ def test_a_shortfall_near_the_mark_is_measured_again(tmp_path, monkeypatch):
     """Three times faster where 4x is needed, or a middle half of rounds that reaches half of it: measured once more."""
     _calm_waits(monkeypatch, first_try_slowdown=1.0)
     for index, candidate_times in enumerate(("[1 / 3] * 5", "[1.0, 1.0, 1.0, 0.4, 0.4]")):
-        near = f"from gpucourse import timing\ncheck.assert_speedup(timing.speed_result([1.0] * 5, {candidate_times}, 'CPU', 1), 4.0)\n"
+        near = f"check.assert_speedup(timing.speed_result([1.0] * 5, {candidate_times}, 'CPU', 1), 4.0)\n"
         (tmp_path / str(index)).mkdir()
         item, attempts = _graded_with_a_log(tmp_path / str(index), near)
         assert (item.outcome, len(attempts)) == (Outcome.FAILED, 2), (candidate_times, item, attempts)
