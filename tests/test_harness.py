@@ -157,6 +157,15 @@ def test_a_wrong_answer_gets_no_second_draw(tmp_path, monkeypatch):
     assert item.message == "AssertionError: wrong", item.message
 
 
+def test_an_answer_that_raises_a_timing_failure_itself_gets_no_second_draw(tmp_path, monkeypatch):
+    """A wrong answer that raises the course's TimingFailure (inconclusive, as the grader's own would be) to buy a
+    second draw of inputs: an exception from the student's process is the student's error, never a measurement."""
+    waits = _calm_waits(monkeypatch, first_try_slowdown=6.0)
+    cheat = "from gpucourse import check\n\ndef answer():\n    raise check.TimingFailure('measured 3.9x, need 4x')\n"
+    item, attempts = _graded_with_a_log(tmp_path, "assert answer() == 42\n", cheat)
+    assert (item.outcome, len(attempts), waits) == (Outcome.FAILED, 1, []), (item, attempts, waits)
+
+
 def _notebook_with_a_raising_answer():
     """A notebook as JupyterLab shows it: markdown, setup, Question 1 whose answer raises, a plain cell of the student's."""
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
