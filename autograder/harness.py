@@ -164,6 +164,13 @@ class StudentWorker:
             raise _from_student(f"{name}: its cell is not only your own compiled loops ({refused})") from None
         return self._runner(f"njit-{hashlib.sha256(cell.encode()).hexdigest()[:16]}", [*self.setup[0], cell])
 
+    def answers_runner(self, names) -> StudentWorker:
+        """A fresh process holding only the assignment's setup cells and the answer cells that define
+        ``names``: where a setup function that drives those answers runs (it trains the student's model,
+        steps their optimizer), so what it returns comes from those cells alone (the evidence rule)."""
+        cells = list(dict.fromkeys(self._answer_cell(name) for name in names))
+        return self._runner(f"answers-{hashlib.sha256(chr(0).join(cells).encode()).hexdigest()[:16]}", [*self.setup[0], *cells])
+
     def _runner(self, key: str, cells: list[str]) -> StudentWorker:
         """The started runner ``key`` (a fresh process in a folder of its own, holding only ``cells``), made once."""
         runner = self.runners.get(key)
@@ -366,12 +373,14 @@ class StudentFunction:
         message = (kind, self.name, self.worker.marshal(args), self.worker.marshal(kwargs), *extra)
         return _result(self.name, self.worker.request(message, self.item_deadline()))
 
-    def call_profiled(self, *args):
+    def call_profiled(self, *args, top_level: bool = False):
         """(output, {ATen op: calls}) of one call, counted by the grader's profiler in a process that
         holds only the setup cells and this function's answer cell (:meth:`StudentWorker.profile_runner`),
-        after an uncounted warm-up call on other values (where ``torch.compile`` compiles)."""
+        after an uncounted warm-up call on other values (where ``torch.compile`` compiles);
+        ``top_level``: only the ops called from Python."""
         runner = self.worker.profile_runner(self.name)
-        reply = _result(self.name, runner.request(("call_profiled", self.name, runner.marshal(args)), self.item_deadline()))
+        message = ("call_profiled", self.name, runner.marshal(args), bool(top_level))
+        reply = _result(self.name, runner.request(message, self.item_deadline()))
         if not isinstance(reply, dict) or not isinstance(reply.get("ops"), dict):
             raise StudentError(f"{self.name}: the counted call did not report back")
         return reply["output"], reply["ops"]
@@ -579,8 +588,9 @@ class ReferenceFunction:
     with like.
     """
 
-    def __init__(self, local, reference: StudentWorker, name: str, item_deadline):
+    def __init__(self, local, reference: StudentWorker, name: str, item_deadline, student: StudentWorker | None = None):
         self.local, self.remote = local, StudentFunction(reference, name, item_deadline)
+        self.student, self.item_deadline = student, item_deadline
         self.__name__ = name
 
     def __call__(self, *args, **kwargs):
@@ -594,6 +604,35 @@ class ReferenceFunction:
 
     def drive_iterator(self, plan):
         return self.remote.drive_iterator(plan)
+
+    def answers_only(self, names, seconds: float | None = None):
+        """This setup function, called in the student's answers runner (:meth:`StudentWorker.answers_runner`),
+        each call within ``seconds`` quiet-machine seconds (and the item's limit)."""
+        return _BudgetedCall(self.student.answers_runner(names), self.__name__, names, self.item_deadline, seconds)
+
+
+class _BudgetedCall:
+    """Calls of a setup function in an answers runner, each stopped at its budget, which fails the item
+    with the budget named (an item's own limit still ends as a time-out)."""
+
+    def __init__(self, runner: StudentWorker, name: str, names, item_deadline, seconds: float | None):
+        self.runner, self.name, self.names, self.item_deadline, self.seconds = runner, name, tuple(names), item_deadline, seconds
+        self.__name__ = name
+
+    def __call__(self, *args, **kwargs):
+        remaining = self.item_deadline()
+        budget = remaining if self.seconds is None else min(remaining, self.seconds)
+        try:
+            return StudentFunction(self.runner, self.name, lambda: budget)(*args, **kwargs)
+        except WorkerTimeout:
+            if budget >= remaining:
+                raise
+            raise _from_student(f"{self.name} with your {', '.join(self.names)} ran past its budget of "
+                                f"{self.seconds:g} quiet-machine seconds") from None
+
+    def timed_block(self, calls):
+        """Timed calls in the answers runner, as a student's function is timed in their worker (``compare_speed``)."""
+        return StudentFunction(self.runner, self.name, self.item_deadline).timed_block(calls)
 
 
 # CPU a worker may spend loading a timed block: mapping its inputs (protocol.MappedTensor) and unpickling
@@ -810,7 +849,7 @@ def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, r
     remaining = lambda: max(deadline - clock.now(), 0.1)  # noqa: E731
     for name in plan.reference_functions:
         if callable(base.get(name)):
-            namespace[name] = ReferenceFunction(base[name], reference, name, remaining)
+            namespace[name] = ReferenceFunction(base[name], reference, name, remaining, student=worker)
     output, second_chance, oom_kills_before = io.StringIO(), False, oom_kills()
     try:
         kinds = _result("names", worker.request(("names", plan.api_names), remaining()))

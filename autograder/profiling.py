@@ -29,10 +29,25 @@ def op_counts(fn, *args) -> dict[str, int]:
     return counted_call(fn, *args)[1]
 
 
-def counted_call(fn, *args) -> tuple[object, dict[str, int]]:
-    """``fn(*args)`` once, with the ATen ops it ran: (output, {op: calls})."""
+def counted_call(fn, *args, top_level: bool = False) -> tuple[object, dict[str, int]]:
+    """``fn(*args)`` once, with the ATen ops it ran: (output, {op: calls}).
+
+    ``top_level``: only the ops called from Python, not those an op calls inside (``aten::im2col`` selects
+    each image of the batch: a count of every op grows with the batch even where no Python loop does).
+    """
     output, events = _profiled(fn, *args)
+    if top_level:
+        events = [event for event in events if not _inside_an_op(event)]
     return output, dict(Counter(event.name for event in events))
+
+
+def _inside_an_op(event) -> bool:
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("aten::"):
+            return True
+        parent = parent.cpu_parent
+    return False
 
 
 def self_times(fn, *args) -> dict[str, float]:

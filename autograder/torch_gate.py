@@ -36,7 +36,7 @@ import torch.nn.functional
 MODULE_ALIASES = {"torch": torch, "math": math}  # names a cell may import, and what they are
 _IMPORTS = {"torch": "torch", "math": "math", "torch.nn.functional": "torch.nn.functional"}
 _SAFE_BUILTINS = frozenset({
-    "abs", "all", "any", "bool", "divmod", "enumerate", "float", "int", "len", "list", "max", "min", "pow",
+    "abs", "all", "any", "bool", "divmod", "enumerate", "float", "int", "isinstance", "len", "list", "max", "min", "pow",
     "print", "range", "reversed", "round", "slice", "sorted", "sum", "tuple", "zip",
     "ValueError", "TypeError", "RuntimeError", "AssertionError", "NotImplementedError",
 })

@@ -208,16 +208,17 @@ class Worker:
         with streams.using(streams.RemoteBackend(self._bind(dispatch))):
             self.do_call(name, args, kwargs)
 
-    def do_call_profiled(self, name: str, args) -> None:
+    def do_call_profiled(self, name: str, args, top_level: bool = False) -> None:
         """One call counted by the grader's profiler (a profile runner: only setup cells and one checked
-        answer cell ran here), after a warm-up call on other values of the same shapes."""
+        answer cell ran here), after a warm-up call on other values of the same shapes; ``top_level``:
+        only the ops called from Python (:func:`autograder.profiling.counted_call`)."""
         from .profiling import counted_call, fresh_like
 
         self._set_threads(self._threads)
         args = self._bind(args)
         function = self.namespace[name]
         function(*fresh_like(args))
-        output, ops = counted_call(function, *args)
+        output, ops = counted_call(function, *args, top_level=bool(top_level))
         self.send("return", {"output": to_plain(output), "ops": ops})
 
     def do_call_logged_mma(self, name: str, a, b, key) -> None:

@@ -599,3 +599,48 @@ def _fitting_name(name: str, width_points: float, height_points: float) -> str:
         if width_points >= len(text) * 0.62 * MIN_LABEL_POINTS + 4:
             return text
     return ""
+
+
+def im2col_figure(ax_image, ax_columns, height: int = 5, width: int = 5, kernel: int = 3, patch: tuple[int, int] = (1, 2)):
+    """im2col drawn for one channel: on ``ax_image`` the (height, width) input with its pixels numbered and
+    the kernel window at output pixel ``patch`` = (row, col) outlined; on ``ax_columns`` the unfolded matrix
+    (kernel² rows, one column per output pixel), that window's column outlined. Stride 1, no padding."""
+    out_h, out_w = height - kernel + 1, width - kernel + 1
+    row, col = patch
+    if not (0 <= row < out_h and 0 <= col < out_w):
+        raise ValueError(f"output pixel {patch} is outside the {out_h} × {out_w} output of a {kernel} × {kernel} kernel on {height} × {width}")
+    pixels = np.arange(height * width).reshape(height, width)
+    window = pixels[row:row + kernel, col:col + kernel]
+    ax_image.imshow(np.isin(pixels, window), cmap="Blues", vmin=0, vmax=1.6)
+    for (y, x), value in np.ndenumerate(pixels):
+        ax_image.text(x, y, str(value), ha="center", va="center", fontsize=MIN_LABEL_POINTS)
+    ax_image.add_patch(_box(col - 0.5, row - 0.5, kernel, kernel, "none", edge="tab:red", lw=2))
+    ax_image.set_title(f"input {height} × {width}: the window of output pixel {patch}", fontsize=9)
+    columns = np.stack([pixels[r:r + kernel, c:c + kernel].reshape(-1) for r in range(out_h) for c in range(out_w)], axis=1)
+    chosen = row * out_w + col
+    ax_columns.imshow(np.isin(np.arange(columns.shape[1]), [chosen])[None, :].repeat(columns.shape[0], 0), cmap="Blues", vmin=0, vmax=1.6, aspect="auto")
+    for (y, x), value in np.ndenumerate(columns):
+        ax_columns.text(x, y, str(value), ha="center", va="center", fontsize=MIN_LABEL_POINTS - 1)
+    ax_columns.add_patch(_box(chosen - 0.5, -0.5, 1, columns.shape[0], "none", edge="tab:red", lw=2))
+    ax_columns.set_title(f"im2col: {kernel * kernel} rows × {out_h * out_w} columns, one per output pixel", fontsize=9)
+    for ax in (ax_image, ax_columns):
+        ax.set_xticks([])
+        ax.set_yticks([])
+    return columns
+
+
+def training_curves(ax_loss, ax_accuracy, history, *, label: str):
+    """Loss and test accuracy per epoch from ``history``, a list of (epoch, loss, accuracy); ``label`` says where it ran."""
+    if not history:
+        raise ValueError("no epochs to draw yet")
+    epochs, losses, accuracies = zip(*history)
+    ax_loss.plot(epochs, losses, marker="o", markersize=3)
+    ax_loss.set_xlabel("epoch")
+    ax_loss.set_ylabel("training loss")
+    ax_loss.set_yscale("log")
+    ax_accuracy.plot(epochs, [100 * a for a in accuracies], marker="o", markersize=3, color="tab:green")
+    ax_accuracy.set_xlabel("epoch")
+    ax_accuracy.set_ylabel("test accuracy (%)")
+    ax_accuracy.set_title(f"{accuracies[-1]:.1%} after epoch {epochs[-1]} ({label})", fontsize=9)
+    for ax in (ax_loss, ax_accuracy):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))

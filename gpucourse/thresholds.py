@@ -197,6 +197,30 @@ def triton_matmul_speed(card: gpu_specs.GPUSpec, n: int = 4096) -> SpeedModel:
     return SpeedModel("test_triton_matmul_speed", card.name, seconds, seconds, bound)
 
 
+def train_step_speed(card: gpu_specs.GPUSpec, batch: int = 2048, steps: int = 10) -> SpeedModel:
+    """08 test_fast_train_step_speed: ``steps`` training steps of the assignment's StepCNN on (batch, 1, 16, 16).
+
+    The convolutions and the linear layer do 2.5 MFLOP a sample forward (conv 1→32 at 16 × 16, conv 32→64
+    at 8 × 8, a 1024 → 10 layer), three times that with the backward pass. The plain step runs them in
+    float32, which cuDNN puts on TF32 tensor cores where the card has them (PyTorch's default for
+    convolutions), on the CUDA cores otherwise; the fast step in FP16 on the tensor cores. Both launch
+    about 40 kernels a step (layers forward and backward, the loss, the optimizer's foreach update); the
+    plain one then waits for ``loss.item()``, so its launches cannot overlap the GPU's work: it pays
+    launches plus work, the fast one the larger of the two. Activations (a few MB) are read and written
+    about 12 times a step in 4 or 2 bytes.
+    """
+    flops = steps * 3 * batch * 2 * (1 * 32 * 9 * 16 * 16 + 32 * 64 * 9 * 8 * 8 + 1024 * 10)
+    activations = batch * (32 * 16 * 16 + 64 * 8 * 8) * 12 * steps
+    launches = 40 * steps
+    plain_peak = card.tf32_tensor_flops or card.fp32_flops
+    plain_work = max(flops / plain_peak, activations * FLOAT32_BYTES / card.memory_bandwidth)
+    fast_compute, fast_memory = flops / card.fp16_tensor_flops, activations * 2 / card.memory_bandwidth
+    plain = launches * gpu_specs.LAUNCH_OVERHEAD_SECONDS + plain_work
+    fast = max(launches * gpu_specs.LAUNCH_OVERHEAD_SECONDS, fast_compute, fast_memory)
+    bound = "launches" if fast == launches * gpu_specs.LAUNCH_OVERHEAD_SECONDS else ("compute" if fast_compute > fast_memory else "memory")
+    return SpeedModel("test_fast_train_step_speed", card.name, plain, fast, bound)
+
+
 # Each GPU speed item (by grade id) and its model.
 ITEMS = {
     "test_pairwise_speed": pairwise_speed,
@@ -208,6 +232,7 @@ ITEMS = {
     "test_triton_speed": bias_gelu_speed,
     "test_batched_matmuls_speed": batched_matmuls_speed,
     "test_triton_matmul_speed": triton_matmul_speed,
+    "test_fast_train_step_speed": train_step_speed,
 }
 
 

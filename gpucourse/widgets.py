@@ -243,3 +243,35 @@ def _png(fig):
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=96, bbox_inches="tight")
     return Image(data=buffer.getvalue(), format="png")
+
+
+class TrainingMonitor:
+    """A progress bar and a live figure of loss and test accuracy for a training loop in a notebook.
+
+    ``monitor = TrainingMonitor(epochs, label="measured on ...")``, then ``monitor.update(epoch, loss, accuracy)``
+    after each epoch: the bar advances and the figure (``plots.training_curves``) is redrawn in place.
+    """
+
+    def __init__(self, epochs: int, *, label: str):
+        import ipywidgets as widgets
+        from IPython.display import display
+
+        if epochs < 1:
+            raise ValueError(f"epochs must be at least 1, got {epochs}")
+        self.epochs, self.label, self.history = epochs, label, []
+        self.bar = widgets.IntProgress(value=0, min=0, max=epochs, description=f"epoch 0/{epochs}")
+        self.figure = widgets.Output()
+        display(widgets.VBox([self.bar, self.figure]))
+
+    def update(self, epoch: int, loss: float, accuracy: float) -> None:
+        import matplotlib.pyplot as plt
+        from IPython.display import display
+
+        self.history.append((epoch, float(loss), float(accuracy)))
+        self.bar.value, self.bar.description = min(epoch, self.epochs), f"epoch {epoch}/{self.epochs}"
+        fig, (ax_loss, ax_accuracy) = plt.subplots(1, 2, figsize=(8, 2.6))
+        plots.training_curves(ax_loss, ax_accuracy, self.history, label=self.label)
+        self.figure.clear_output(wait=True)
+        with self.figure:
+            display(_png(fig))
+        plt.close(fig)

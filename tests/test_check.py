@@ -122,3 +122,18 @@ def test_assert_raises_passes_on_the_error_and_says_when_none_came():
         check.assert_raises(ValueError, int, "3", name="a number")
     with pytest.raises(TypeError):  # another error is the answer's own failure, shown as it is
         check.assert_raises(ValueError, int, None, name="nothing")
+
+
+def test_answers_only_runs_here_and_holds_the_call_to_its_budget():
+    import time
+
+    def drive(seconds):
+        end = time.process_time() + seconds  # busy: sleeping costs no CPU time, and the lesser of the two counts
+        while time.process_time() < end:
+            pass
+        return seconds
+
+    assert check.answers_only(drive, "answer", seconds=5)(0.0) == 0.0
+    with pytest.raises(AssertionError, match=r"drive took 0\.\d s with your answer; the budget is 0.05 s"):
+        check.answers_only(drive, "answer", seconds=0.05)(0.2)
+    assert check.answers_only(time.sleep, "answer", seconds=0.05)(0.2) is None  # waiting is not the answer's time here

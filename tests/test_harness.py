@@ -272,3 +272,24 @@ def test_without_nvidias_compiler_a_grader_stops_and_a_self_check_goes_on(tmp_pa
     assert [item.outcome for item in result.items] == [Outcome.PASSED], result.items
     assert any("not compiled for a real GPU" in note for note in result.notes), result.notes
     assert result.kernels == []
+
+
+ANSWERS_SETUP = "import time\nfrom gpucourse import check\n\ndef drive(seconds):\n    return {'answer': answer(seconds), 'other': globals().get('OTHER')}\n"
+
+
+def test_a_setup_function_driving_an_answer_runs_where_only_that_answer_cell_ran(tmp_path):
+    """check.answers_only: the setup function runs in a fresh process with the setup cells and the answer's cell
+    (another cell of the student's never ran there), each call within its budget on the grader's clock."""
+    alone = "result = check.answers_only(drive, 'answer', seconds=10)(0)\nassert result == {'answer': 42, 'other': None}, result"
+    items = [skeleton.TestItem("test_alone", 1.0, alone),
+             skeleton.TestItem("test_budget", 1.0, "check.answers_only(drive, 'answer', seconds=1)(30)"),
+             skeleton.TestItem("test_after", 1.0, "assert check.answers_only(drive, 'answer')(0)['answer'] == 42")]
+    answer = "def answer(seconds):\n    time.sleep(seconds)\n    return 42\n"
+    plan = Plan(context=[ANSWERS_SETUP], student_cells=[ANSWERS_SETUP, "OTHER = 'from another cell'\n", answer], items=items, api_names=["answer"])
+    (tmp_path / "work").mkdir()
+    alone, budget, after = harness.grade(plan, tmp_path / "work", LIMITS).items
+    assert alone.outcome == Outcome.PASSED, alone
+    # Past its budget the item fails (and says so), well before the item's own 20 s limit; the runner restarts after it.
+    assert (budget.outcome, budget.message) == (Outcome.FAILED, "drive with your answer ran past its budget of 1 quiet-machine seconds"), budget
+    assert budget.seconds < 10, budget
+    assert after.outcome == Outcome.PASSED, after

@@ -426,18 +426,67 @@ VARIANTS_07 = {
     "unmasked_store": ("matmul_kernel", lambda given: given.replace(", acc, mask=(rows[:, None] < M) & (cols[None, :] < N))", ", acc)"),
                        "test_matmul_kernel", "wrote outside C"),
 }
+VARIANTS_08 = {
+    # The library's convolution: right values, and the grader's count shows its op.
+    "calls_conv2d": ("conv2d_im2col", "def conv2d_im2col(x, weight, bias=None, stride=1, padding=0):\n    return F.conv2d(x, weight, bias, stride, padding)\n",
+                     "test_conv2d_is_im2col", "calls aten::"),
+    # im2col image by image: right, and a bigger batch needs more ops.
+    "loops_over_batch": ("conv2d_im2col", (
+        "def conv2d_im2col(x, weight, bias=None, stride=1, padding=0):\n    n, _, h, w = x.shape\n    k, _, r, s = weight.shape\n"
+        "    (sh, sw), (ph, pw) = pair(stride), pair(padding)\n    p, q = (h + 2 * ph - r) // sh + 1, (w + 2 * pw - s) // sw + 1\n"
+        "    images = [weight.reshape(k, -1) @ F.unfold(x[i:i + 1], (r, s), padding=(ph, pw), stride=(sh, sw))[0] for i in range(n)]\n"
+        "    out = torch.stack(images).reshape(n, k, p, q)\n    return out if bias is None else out + bias.view(1, k, 1, 1)\n"
+    ), "test_conv2d_is_im2col", "the count grows"),
+    # The notebook's loops: right, and no faster.
+    "the_given_loops": ("conv2d_im2col",
+                        "def conv2d_im2col(x, weight, bias=None, stride=1, padding=0):\n    return conv2d_loops(x, weight, bias, stride, padding)\n",
+                        "test_conv2d_speed", "need 5×"),
+    # A helper that keeps state between calls: the grader cannot count such a cell.
+    "cached_columns": ("conv2d_im2col", lambda given: "CACHE = {}\n\n" + given.replace("    columns = F.unfold(", "    CACHE[0] = 1\n    columns = F.unfold("),
+                       "test_conv2d_is_im2col", "cannot be counted by the grader"),
+    # The library's pooling.
+    "calls_max_pool2d": ("maxpool2d", "def maxpool2d(x, kernel_size, stride=None):\n    return F.max_pool2d(x, kernel_size, stride)\n",
+                         "test_maxpool2d_ops", "calls aten::max_pool2d"),
+    # Pooling row by row: right, and more ops on a bigger image.
+    "pool_loops_over_rows": ("maxpool2d", (
+        "def maxpool2d(x, kernel_size, stride=None):\n    (kh, kw), (sh, sw) = pair(kernel_size), pair(kernel_size if stride is None else stride)\n"
+        "    rows = [x[:, :, i:i + kh].unfold(3, kw, sw).amax(dim=(2, 4)) for i in range(0, x.shape[2] - kh + 1, sh)]\n"
+        "    return torch.stack(rows, dim=2)\n"
+    ), "test_maxpool2d_ops", "the count grows"),
+    # No training, and the accuracy it would like: the test counts the model's right answers itself.
+    "untrained_reports_099": ("train_digits", "def train_digits(model, epochs, batch_size, device):\n    return 0.99\n",
+                              "test_digits_cnn", "right on"),
+    # The same, with the course's accuracy patched where the student's code runs: the test counts in the grader.
+    "patched_accuracy": ("train_digits", (
+        "data.accuracy = lambda logits, labels: 0.99\ntorch.Tensor.argmax = lambda self, dim=None: torch.zeros(self.shape[0], dtype=torch.long)\n\n"
+        "def train_digits(model, epochs, batch_size, device):\n    return 0.99\n"
+    ), "test_digits_cnn", "right on"),
+    # Right, and too slow: the budget is the grader's, on its clock.
+    "trains_too_slowly": ("train_digits",
+                          lambda given: "import time\n\n" + given.replace("    model.eval()\n", "    time.sleep(30)\n    model.eval()\n"),
+                          "test_digits_cnn", "ran past its budget"),
+    # Gradients computed, parameters never updated.
+    "no_optimizer_step": ("fast_train_step", lambda given: given.replace("        optimizer.step()\n", "        pass\n"),
+                          "test_fast_train_step", "moved the parameters"),
+    # No mixed precision, just no host sync: a correct step.
+    "float32_without_sync": ("fast_train_step", (
+        "def fast_train_step(model, optimizer, x, y):\n    optimizer.zero_grad(set_to_none=True)\n    loss = F.cross_entropy(model(x), y)\n"
+        "    loss.backward()\n    optimizer.step()\n    return loss.detach()\n"
+    ), "test_fast_train_step", None),
+}
 # Each module's answers: (answer cell, code or an edit of the reference's, the items it feeds, reason).
 # A wrong answer (a reason) must fail exactly those items, each message holding the reason; a correct
 # one (reason None) must pass them all.
 VARIANTS = {"02_architecture": VARIANTS_02, "03_coalescing": VARIANTS_03, "04_divergence": VARIANTS_04, "05_streams": VARIANTS_05,
-            "06_profiling_fusion": VARIANTS_06, "07_ml_compilation": VARIANTS_07}
+            "06_profiling_fusion": VARIANTS_06, "07_ml_compilation": VARIANTS_07, "08_cnn": VARIANTS_08}
 # Cheap items of each module: the first that an answer does not feed is graded too, and must pass.
 UNTOUCHED_ITEMS = {"02_architecture": ("test_register_budget", "test_bias_relu"),
                    "03_coalescing": ("test_tile_conflict_degrees", "test_sectors_per_warp"),
                    "04_divergence": ("test_loop_cycles", "test_soft_clip_correct"),
                    "05_streams": ("test_pipeline_makespan", "test_overlap_correct"),
                    "06_profiling_fusion": ("test_batched_matmuls_correct", "test_count_ops"),
-                   "07_ml_compilation": ("test_matmul_flops_bytes", "test_matmul_reordered_correct")}
+                   "07_ml_compilation": ("test_matmul_flops_bytes", "test_matmul_reordered_correct"),
+                   "08_cnn": ("test_maxpool2d_correct", "test_conv2d_correct")}
 
 
 def _grade(assignment, student_nb, tmp_path, only):

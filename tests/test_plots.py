@@ -462,3 +462,32 @@ def test_profile_timeline_rejects_an_empty_trace(ax):
     """Nothing to draw is an error that says what to check."""
     with pytest.raises(ValueError, match="no events"):
         plots.profile_timeline(ax, [])
+
+
+def test_im2col_figure_outlines_the_window_and_its_column():
+    """The drawn matrix is F.unfold's, and the outlined column holds the pixels of the outlined window."""
+    import torch
+    import torch.nn.functional as F
+
+    fig, (ax_image, ax_columns) = plt.subplots(1, 2)
+    columns = plots.im2col_figure(ax_image, ax_columns, height=4, width=6, kernel=3, patch=(1, 2))
+    assert np.array_equal(columns, F.unfold(torch.arange(24.0).view(1, 1, 4, 6), 3)[0].numpy())
+    assert list(columns[:, 1 * 4 + 2]) == [8, 9, 10, 14, 15, 16, 20, 21, 22]
+    [window] = [p for p in ax_image.patches if p.get_edgecolor()[:3] != (0.4, 0.4, 0.4)]
+    [column] = ax_columns.patches
+    assert (window.get_xy(), window.get_width(), window.get_height()) == ((1.5, 0.5), 3, 3)
+    assert (column.get_xy(), column.get_width(), column.get_height()) == ((5.5, -0.5), 1, 9)
+    with pytest.raises(ValueError, match="outside the 2 × 4 output"):
+        plots.im2col_figure(ax_image, ax_columns, height=4, width=6, kernel=3, patch=(2, 0))
+    plt.close(fig)
+
+
+def test_training_curves_draw_every_epoch_and_name_the_last_accuracy():
+    fig, (ax_loss, ax_accuracy) = plt.subplots(1, 2)
+    plots.training_curves(ax_loss, ax_accuracy, [(1, 0.9, 0.5), (2, 0.4, 0.8), (3, 0.2, 0.91)], label="measured here")
+    assert list(ax_loss.lines[0].get_ydata()) == [0.9, 0.4, 0.2]
+    assert list(ax_accuracy.lines[0].get_ydata()) == pytest.approx([50, 80, 91])
+    assert ax_accuracy.get_title() == "91.0% after epoch 3 (measured here)"
+    with pytest.raises(ValueError, match="no epochs"):
+        plots.training_curves(ax_loss, ax_accuracy, [], label="x")
+    plt.close(fig)

@@ -57,3 +57,19 @@ def test_trace_events_of_an_empty_profile_is_empty():
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         pass
     assert profiling.trace_events(prof) == []
+
+
+def test_top_level_counts_leave_out_the_ops_an_op_calls_inside():
+    """aten::im2col selects each image of the batch itself: counted from Python it is one op, whatever the batch."""
+    import torch
+    import torch.nn.functional as F
+
+    from autograder.profiling import counted_call
+
+    counts = {}
+    for batch in (1, 4):
+        _, every = counted_call(F.unfold, torch.randn(batch, 2, 6, 6), 3)
+        _, outer = counted_call(F.unfold, torch.randn(batch, 2, 6, 6), 3, top_level=True)
+        counts[batch] = (sum(every.values()), outer)
+    assert counts[4][0] > counts[1][0], counts  # nested selects grow with the batch
+    assert counts[1][1] == counts[4][1] and counts[4][1].get("aten::im2col") == 1, counts

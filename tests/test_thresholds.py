@@ -85,6 +85,7 @@ TIMED_SIZES = {
     "test_triton_speed": ('torch.randn(4096, 4096, device="cuda"), torch.randn(4096, device="cuda")',),
     "test_batched_matmuls_speed": ("matmul_inputs(512, 16, 16, 16)",),
     "test_triton_matmul_speed": ("half_inputs(4096)",),
+    "test_fast_train_step_speed": ("step_batch(2048)",),
 }
 MODEL_SIZES = {
     "test_pairwise_speed": dict(n=200, m=150, d=4),
@@ -96,6 +97,7 @@ MODEL_SIZES = {
     "test_triton_speed": dict(m=4096, n=4096),
     "test_batched_matmuls_speed": dict(batch=512, side=16),
     "test_triton_matmul_speed": dict(n=4096),
+    "test_fast_train_step_speed": dict(batch=2048, steps=10),
 }
 
 

@@ -166,3 +166,20 @@ def test_stream_timeline_shows_the_issue_order_trap_and_pageable_memory():
     assert _number_after(_printed(box), "makespan") == "17.254" and "pageable host memory" in _printed(box)
     controls["GPU"].value = "H100"  # PCIe 5.0: 63 GB/s, 0.508 ms a pageable copy of 16 MB
     assert "H100 (PCIe 5.0 x16, 63 GB/s)" in _printed(box) and "modelled for H100" in _printed(box)
+
+
+def test_training_monitor_advances_its_bar_and_redraws_its_figure(monkeypatch):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    monitor = widgets.TrainingMonitor(4, label="measured here")
+    assert (monitor.bar.value, monitor.bar.max, monitor.bar.description) == (0, 4, "epoch 0/4")
+    monitor.update(1, 0.8, 0.6)
+    monitor.update(2, 0.3, 0.9)
+    assert (monitor.bar.value, monitor.bar.description) == (2, "epoch 2/4")
+    assert monitor.history == [(1, 0.8, 0.6), (2, 0.3, 0.9)]
+    # The bar and the figure's box once, then one PNG per epoch (into the box, which is cleared first).
+    assert [type(item).__name__ for item in shown] == ["VBox", "Image", "Image"] and shown[-1].format == "png"
+    with pytest.raises(ValueError, match="at least 1"):
+        widgets.TrainingMonitor(0, label="x")
