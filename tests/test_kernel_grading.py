@@ -461,6 +461,12 @@ VARIANTS_08 = {
         "data.accuracy = lambda logits, labels: 0.99\ntorch.Tensor.argmax = lambda self, dim=None: torch.zeros(self.shape[0], dtype=torch.long)\n\n"
         "def train_digits(model, epochs, batch_size, device):\n    return 0.99\n"
     ), "test_digits_cnn", "right on"),
+    # A "model" that answers the test split's labels, in the split's order, whatever the images: the test shuffles them.
+    "labels_in_order": ("digits_cnn", (
+        "class DigitsCNN(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.scale = nn.Parameter(torch.ones(1))\n\n"
+        "    def forward(self, x):\n        labels = data.load_digits('test')[1]\n"
+        "        return F.one_hot(labels, 10).float() * self.scale if len(x) == len(labels) else torch.zeros(len(x), 10) * self.scale\n"
+    ), "test_digits_cnn", "right on"),
     # Right, and too slow: the budget is the grader's, on its clock.
     "trains_too_slowly": ("train_digits",
                           lambda given: "import time\n\n" + given.replace("    model.eval()\n", "    time.sleep(30)\n    model.eval()\n"),

@@ -233,7 +233,7 @@ check_pool(large, outputs[1], 2, 2)
 # Write `DigitsCNN`, an `nn.Module` that maps `(N, 1, 8, 8)` images to `(N, 10)` logits, built from the seed's layers (convolutions, max pooling, a fully connected layer), and `train_digits(model, epochs, batch_size, device)`, which trains it on the train split (mini-batches of `batch_size`, shuffled each epoch, the data kept on `device`: no per-sample Python) and returns its accuracy on the test split.
 #
 # Graded (3 points): with `torch.manual_seed(0)` before `DigitsCNN()`, `train_digits(model, EPOCHS, BATCH_SIZE, DEVICE)` reaches at least 97 % test accuracy within `TRAIN_BUDGET_SECONDS` (in your notebook: the lesser of wall-clock and CPU time, so a busy machine does not count against you).
-# The test does not take your returned number for it: it asks the trained model for its logits on the test images and counts the right answers itself (and your returned accuracy must agree with its count to 2 points).
+# The test does not take your returned number for it: it asks the trained model for its logits on the test images, in a shuffled order of its own, and counts the right answers itself (and your returned accuracy must agree with its count to 2 points).
 # When graded, the training runs in a fresh process with only this notebook's setup cells and your two answer cells (keep each of them self-contained), stopped after `TRAIN_BUDGET_SECONDS` of the grader's quiet-machine clock, on one CPU thread.
 # The reference (two 3 × 3 convolutions of 16 and 32 channels, each followed by ReLU and 2 × 2 max pooling, then one linear layer; Adam at 3e-3) reaches 98.3 % in about 2.5 s on one thread of a 2-core CPU.
 #
@@ -245,17 +245,16 @@ TRAIN_BUDGET_SECONDS = 10.0
 ACCURACY_NEEDED = 0.97
 
 
-def trained_test_logits(epochs, batch_size, seed=0):
+def trained_test_logits(epochs, batch_size, images, seed=0):
     """A fresh DigitsCNN (seeded), trained by train_digits on one CPU thread, as the grader trains it:
-    (its logits on the test images, on the CPU; the accuracy it reported)."""
+    (its logits on ``images``, on the CPU; the accuracy it reported)."""
     with timing.fixed_threads(1):
         torch.manual_seed(seed)
         model = DigitsCNN()
         reported = train_digits(model, epochs, batch_size, DEVICE)
-        images, _ = data.load_digits("test", device=DEVICE)
         model.eval()
         with torch.no_grad():
-            logits = model(images)
+            logits = model(images.to(DEVICE))
     return logits.float().cpu(), float(reported)
 
 
@@ -301,9 +300,11 @@ def train_digits(model, epochs, batch_size, device):
 
 # %% nbgrader={"grade_id": "test_digits_cnn", "grade": true, "points": 3}
 """A seeded DigitsCNN trained by train_digits reaches 97% on the test split within the budget, counted by the test."""
-_, test_labels = data.load_digits("test")
+test_images, test_labels = data.load_digits("test")
+shuffled = torch.randperm(len(test_labels))  # in an order of the test's own: a model cannot answer by position
 train = check.answers_only(trained_test_logits, "DigitsCNN", "train_digits", seconds=TRAIN_BUDGET_SECONDS)
-logits, reported = train(EPOCHS, BATCH_SIZE)
+logits, reported = train(EPOCHS, BATCH_SIZE, test_images[shuffled])
+test_labels = test_labels[shuffled]
 assert tuple(logits.shape) == (len(test_labels), 10), f"DigitsCNN should give (N, 10) logits, got shape {tuple(logits.shape)}"
 accuracy = data.accuracy(logits, test_labels)
 print(f"test accuracy {accuracy:.1%} (train_digits reported {reported:.1%})")
