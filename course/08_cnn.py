@@ -167,7 +167,7 @@ plt.show()
 
 # %% [markdown]
 # The loops stay at a fraction of a GFLOP/s: each dot product is too small to pay for the Python and dispatch around it.
-# im2col + GEMM climbs with the channels, because its GEMM grows (C·R·S is its inner dimension), and approaches the library, which skips the big column matrix.
+# im2col + GEMM climbs with the channels, because its GEMM grows (C·R·S is its inner dimension), but stays behind the library; and it falls behind further as the image grows, once its column matrix (nine times the input) no longer fits in the caches, a matrix the library's direct kernels never write.
 # On a GPU the same three lines separate further: the loops launch one kernel per output pixel, and cuDNN's kernels run on tensor cores (section 5).
 
 # %% [markdown]
