@@ -396,6 +396,9 @@ else:
 # | V100 16 GB | 367 | 1,200 | 3.3× |
 # | A100 80 GB | 938 | 2,470 | 2.6× |
 #
+# The same page reports only inference for the T4 (ResNet-50, batch 128): 426 images/s in float32 and 1,190 in mixed precision, 2.8×; it gives no H100 figures.
+# These are reported numbers, not measured here; `scripts/gpu_check.sh` records this lecture's own throughput bars on the GPU it runs on.
+#
 # Mixed precision more than doubles training throughput on both, because the convolutions move to FP16 tensor cores (and `channels_last` keeps them there without transposes).
 # A ResNet-50 step is 3 × 4.1 GFLOP a image; on one thread of this CPU the convolutions above ran at the GFLOP/s you measured in section 3, so the same training would take thousands of times longer here.
 # The assignment's last speed item checks your fast training step on a GPU: its threshold is modelled for every card in `gpu_specs` until `scripts/gpu_check.sh` measures it.

@@ -190,21 +190,35 @@ def test_a_server_leaves_no_file_behind(tmp_path, monkeypatch):
         server.stop()
 
 
-def _plain_server_pid(_) -> tuple[int, int | None]:
-    """In a pool process: (its pid, the pid of the plain fork server it would fork workers from)."""
+# Run as `autograder grade` runs, in an interpreter of its own: a pytest worker that graded before holds
+# multiprocessing's fork server from then, and an earlier test's clean-up may have stopped the plain server
+# that fork server started (its pool processes then start their own, as without the preload).
+SHARED_SERVER_PROBE = """
+import concurrent.futures, json, os, time
+from autograder import forkserver, grading, sandbox
+
+def plain_server_pid(_):
     time.sleep(0.5)  # both pool processes get a call
     server = forkserver.server(sandbox.Limits().threads)
     return os.getpid(), server.process.pid if server is not None and server.alive() else None
 
-
-def test_a_grading_runs_pool_processes_share_one_plain_server():
-    """Started once in multiprocessing's fork server (autograder._pool_preload), not once per pool process."""
-    import concurrent.futures
-
-    from autograder import grading
-
+if __name__ == "__main__":
     with concurrent.futures.ProcessPoolExecutor(max_workers=2, mp_context=grading._pool_context()) as pool:
-        answers = list(pool.map(_plain_server_pid, range(4)))
+        print(json.dumps(list(pool.map(plain_server_pid, range(4)))))
+"""
+
+
+def test_a_grading_runs_pool_processes_share_one_plain_server(tmp_path):
+    """Started once in multiprocessing's fork server (autograder._pool_preload), not once per pool process."""
+    import json
+    import subprocess
+    import sys
+
+    probe = tmp_path / "probe.py"
+    probe.write_text(SHARED_SERVER_PROBE)
+    run = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    answers = json.loads(run.stdout.strip().splitlines()[-1])
     pool_processes, servers = {pid for pid, _ in answers}, {server for _, server in answers}
     assert len(pool_processes) == 2 and len(servers) == 1 and None not in servers, answers
 
