@@ -237,7 +237,19 @@ check_pool(large, outputs[1], 2, 2)
 # When graded, the training runs in a fresh process with only this notebook's setup cells and your two answer cells (keep each of them self-contained), stopped after `TRAIN_BUDGET_SECONDS` of the grader's quiet-machine clock, on one CPU thread.
 # The reference (two 3 × 3 convolutions of 16 and 32 channels, each followed by ReLU and 2 × 2 max pooling, then one linear layer; Adam at 3e-3) reaches 98.3 % in about 2.5 s on one thread of a 2-core CPU.
 #
-# About 25 lines.
+# The `DigitsCNN` cell below starts empty; its shape is
+#
+# ```python
+# class DigitsCNN(nn.Module):
+#     def __init__(self):
+#         super().__init__()
+#         ...  # the layers
+#
+#     def forward(self, x):  # (N, 1, 8, 8) -> (N, 10)
+#         ...
+# ```
+#
+# About 25 lines for the two cells.
 
 # %% nbgrader={"grade_id": "digits_setup", "locked": true}
 EPOCHS, BATCH_SIZE = 30, 64
@@ -322,6 +334,14 @@ assert abs(reported - accuracy) <= 0.02, f"train_digits returned {reported:.1%},
 # - on a GPU, the speed (2 points): `STEPS` steps of `StepCNN` on a batch of 2048 images of 16 × 16 at least 1.3× faster than with `plain_train_step`. That threshold is modelled, not yet measured (`gpucourse.thresholds`: TF32 or FP32 against FP16 tensor cores, launches and one sync a step: 2.1-2.8× on the cards in `gpu_specs`: V100, T4, A100, L4, H100, H200); `scripts/gpu_check.sh` will calibrate it on the first GPU run.
 #
 # When graded, the steps run in a fresh process with only the setup cells and your answer cell: keep it self-contained (a `GradScaler` it creates at the top is fine).
+#
+# The answer cell below starts empty; its shape is
+#
+# ```python
+# def fast_train_step(model, optimizer, x, y):
+#     ...  # one step: zero the gradients, the loss under autocast, backward, the optimizer's step
+#     return loss.detach()  # a tensor: no .item(), no host sync
+# ```
 #
 # About 12 lines.
 
