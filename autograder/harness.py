@@ -588,9 +588,8 @@ class ReferenceFunction:
     with like.
     """
 
-    def __init__(self, local, reference: StudentWorker, name: str, item_deadline, student: StudentWorker | None = None):
-        self.local, self.remote = local, StudentFunction(reference, name, item_deadline)
-        self.student, self.item_deadline = student, item_deadline
+    def __init__(self, local, reference: StudentWorker, name: str, item_deadline, student: StudentWorker):
+        self.local, self.remote, self.student = local, StudentFunction(reference, name, item_deadline), student
         self.__name__ = name
 
     def __call__(self, *args, **kwargs):
@@ -608,7 +607,7 @@ class ReferenceFunction:
     def answers_only(self, names, seconds: float | None = None):
         """This setup function, called in the student's answers runner (:meth:`StudentWorker.answers_runner`),
         each call within ``seconds`` quiet-machine seconds (and the item's limit)."""
-        return _BudgetedCall(self.student.answers_runner(names), self.__name__, names, self.item_deadline, seconds)
+        return _BudgetedCall(self.student.answers_runner(names), self.__name__, names, self.remote.item_deadline, seconds)
 
 
 class _BudgetedCall:
@@ -849,7 +848,7 @@ def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, r
     remaining = lambda: max(deadline - clock.now(), 0.1)  # noqa: E731
     for name in plan.reference_functions:
         if callable(base.get(name)):
-            namespace[name] = ReferenceFunction(base[name], reference, name, remaining, student=worker)
+            namespace[name] = ReferenceFunction(base[name], reference, name, remaining, worker)
     output, second_chance, oom_kills_before = io.StringIO(), False, oom_kills()
     try:
         kinds = _result("names", worker.request(("names", plan.api_names), remaining()))

@@ -211,13 +211,12 @@ def train_step_speed(card: gpu_specs.GPUSpec, batch: int = 2048, steps: int = 10
     """
     flops = steps * 3 * batch * 2 * (1 * 32 * 9 * 16 * 16 + 32 * 64 * 9 * 8 * 8 + 1024 * 10)
     activations = batch * (32 * 16 * 16 + 64 * 8 * 8) * 12 * steps
-    launches = 40 * steps
+    launching = 40 * steps * gpu_specs.LAUNCH_OVERHEAD_SECONDS
     plain_peak = card.tf32_tensor_flops or card.fp32_flops
     plain_work = max(flops / plain_peak, activations * FLOAT32_BYTES / card.memory_bandwidth)
     fast_compute, fast_memory = flops / card.fp16_tensor_flops, activations * 2 / card.memory_bandwidth
-    plain = launches * gpu_specs.LAUNCH_OVERHEAD_SECONDS + plain_work
-    fast = max(launches * gpu_specs.LAUNCH_OVERHEAD_SECONDS, fast_compute, fast_memory)
-    bound = "launches" if fast == launches * gpu_specs.LAUNCH_OVERHEAD_SECONDS else ("compute" if fast_compute > fast_memory else "memory")
+    plain, fast = launching + plain_work, max(launching, fast_compute, fast_memory)
+    bound = "launches" if fast == launching else ("compute" if fast_compute > fast_memory else "memory")
     return SpeedModel("test_fast_train_step_speed", card.name, plain, fast, bound)
 
 

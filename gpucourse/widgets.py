@@ -16,7 +16,6 @@ def _explorer(controls: dict, draw, rows):
     draws on ``ax``; both are redone whenever a control changes."""
     import ipywidgets as widgets
     import matplotlib.pyplot as plt
-    from IPython.display import display
 
     for control in controls.values():
         control.style = {"description_width": "120px"}
@@ -30,10 +29,7 @@ def _explorer(controls: dict, draw, rows):
         except (ValueError, KeyError, SyntaxError, NameError, TypeError) as error:
             text = f"cannot draw this: {error}"
         report.value = f"<pre>{html.escape(text)}</pre>"
-        figure.clear_output(wait=True)
-        with figure:
-            display(_png(fig))  # a PNG whatever matplotlib's backend: plt.show() draws nothing under Agg
-        plt.close(fig)
+        _show_in(figure, fig)
 
     for control in controls.values():
         control.observe(redraw, names="value")
@@ -235,6 +231,17 @@ def stream_timeline(n_chunks: int = 4, copy_engines: int = 2, order: str = "brea
     return _explorer(controls, draw, [("n_chunks", "n_streams", "copy_engines"), ("order", "memory", "gpu"), ("megabytes", "kernel_ms")])
 
 
+def _show_in(output, fig) -> None:
+    """Replace what the ``Output`` widget shows with ``fig``, then close the figure."""
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    output.clear_output(wait=True)
+    with output:
+        display(_png(fig))  # a PNG whatever matplotlib's backend: plt.show() draws nothing under Agg
+    plt.close(fig)
+
+
 def _png(fig):
     import io
 
@@ -265,13 +272,9 @@ class TrainingMonitor:
 
     def update(self, epoch: int, loss: float, accuracy: float) -> None:
         import matplotlib.pyplot as plt
-        from IPython.display import display
 
         self.history.append((epoch, float(loss), float(accuracy)))
         self.bar.value, self.bar.description = min(epoch, self.epochs), f"epoch {epoch}/{self.epochs}"
         fig, (ax_loss, ax_accuracy) = plt.subplots(1, 2, figsize=(8, 2.6))
         plots.training_curves(ax_loss, ax_accuracy, self.history, label=self.label)
-        self.figure.clear_output(wait=True)
-        with self.figure:
-            display(_png(fig))
-        plt.close(fig)
+        _show_in(self.figure, fig)

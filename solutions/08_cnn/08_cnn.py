@@ -64,16 +64,16 @@ def check_ops(fn, small_args, large_args, forbidden, name):
     """fn calls no op whose name holds ``forbidden``, and no more ops on the large inputs than on the small ones
     (give or take 2): a Python loop over the batch or the pixels would call more. Counted are the ops fn
     calls, not those they call inside (the library's im2col selects each image of the batch itself)."""
-    counts = []
+    outputs, totals = [], []
     for args in (small_args, large_args):
         output, ops = check.counted_call(fn, *args, counter=ops_of, top_level=True)
         used = sorted(op for op in ops if forbidden in op)
         assert not used, f"{name} calls {', '.join(used)}: write it without the library's {forbidden} ops"
-        counts.append((sum(ops.values()), tuple(args[0].shape), output))
-    (few, small_shape, _), (many, large_shape, _) = counts
-    assert many <= few + 2, (f"{name} ran {few} ops on {small_shape} and {many} on {large_shape}: "
-                             "the count grows with the input, so something loops over the batch or the pixels")
-    return [output for _, _, output in counts]
+        outputs.append(output)
+        totals.append(sum(ops.values()))
+    assert totals[1] <= totals[0] + 2, (f"{name} ran {totals[0]} ops on {tuple(small_args[0].shape)} and {totals[1]} on "
+                                        f"{tuple(large_args[0].shape)}: the count grows with the input, so something loops over the batch or the pixels")
+    return outputs
 
 
 # %% [markdown]
