@@ -33,11 +33,11 @@ lab-instructor: $(INSTALLED)
 # (or class's) tests on one worker, so its module- and class-scoped fixtures (a graded assignment,
 # an nbgrader round trip) run once.
 test: $(INSTALLED)
-	$(BIN)/python -m pytest -n 3 --dist loadscope
+	$(BIN)/python -m pytest -n 3 --dist loadscope --no-loadscope-reorder
 
 # The quick tier: package, build, plan and protocol tests; no notebook, grading, kernel or browser.
 test-fast: $(INSTALLED)
-	$(BIN)/python -m pytest -n 2 --dist loadscope -m "not slow"
+	$(BIN)/python -m pytest -n 2 --dist loadscope --no-loadscope-reorder -m "not slow"
 
 build: $(INSTALLED)
 	$(BIN)/python -m autograder.build

@@ -38,7 +38,7 @@ from gpucourse.triton_compiler import triton_compile_report
 from . import kernel_gate, njit_gate, protocol, sandbox, torch_gate
 from .clock import FairClock, oom_kills, tree_cpu_seconds
 from .outcomes import Outcome
-from .skeleton import CellOrigin, Plan, TestItem, defined_names
+from .skeleton import CellOrigin, Plan, TestItem, defined_names, free_names
 
 
 class GraderError(Exception):
@@ -114,6 +114,8 @@ class StudentWorker:
         self.sources: dict[str, KernelSource] = {}  # kernel name -> its checked source, while this worker lives
         self.runners: dict[str, StudentWorker] = {}  # source digest -> the process that launches or counts it (kernel_runner, profile_runner)
         self.setup: tuple[list[str], dict] = ([], {})  # the source's setup cells and the namespace they made here (profile_runner)
+        self.answer_names: set[str] = set()  # what the source's answer cells define: the answers a runner's cells may call
+        self.answer_helpers: set[str] = set()  # the setup functions a gated answer cell may call (Plan.answer_helpers)
         self.clock = clock or FairClock(self.pids)
         self.skipped: set[int] = set()
         self.retried: set[int] = set()
@@ -140,18 +142,24 @@ class StudentWorker:
                     ("triton", True): TRITON_INTERPRETER_PREAMBLE, ("triton", False): TRITON_GPU_PREAMBLE}[source.language, simulated]
         return self._runner(f"kernel-{'sim' if simulated else 'gpu'}-{source.digest[:16]}", [preamble, source.text])
 
-    def profile_runner(self, name: str) -> StudentWorker:
-        """A fresh process holding only the assignment's setup cells and the answer cell that defines
-        ``name``, checked first to be countable (:mod:`autograder.torch_gate`): where the grader
-        counts the function's ops. Nothing there can reach the profiler (the evidence rule)."""
+    def profile_runner(self, names) -> StudentWorker:
+        """A fresh process holding only the assignment's setup cells and the answer cells that define
+        ``names`` (a name or several) and the other answers they call, each checked first to be countable
+        (:mod:`autograder.torch_gate`): where the grader counts the functions' ops, and calls and times the
+        functions of :func:`gpucourse.check.torch_only`. Nothing there can reach the profiler (the evidence rule)."""
+        names = (names,) if isinstance(names, str) else tuple(names)
         setup_cells, setup_namespace = self.setup
-        cell = self._answer_cell(name)
-        try:
-            torch_gate.check_countable(cell, setup_namespace)
-        except torch_gate.UncountableSource as refused:
-            raise _from_student(f"{name}: its cell cannot be counted by the grader ({refused}); "
-                                "keep it to torch operations and torch.compile") from None
-        return self._runner(f"profile-{hashlib.sha256(cell.encode()).hexdigest()[:16]}", [*setup_cells, cell])
+        cells = self._answer_cells(names)
+        answers = {name for cell in cells for name in defined_names(cell)}
+        given = {name: value for name, value in setup_namespace.items() if not callable(value) or name in self.answer_helpers}
+        for cell in cells:
+            try:
+                torch_gate.check_countable(cell, given, answers)
+            except torch_gate.UncountableSource as refused:
+                owner = next((name for name in names if name in defined_names(cell)), ", ".join(defined_names(cell)) or names[0])
+                raise _from_student(f"{owner}: its cell cannot be counted by the grader ({refused}); "
+                                    "keep it to torch operations and torch.compile") from None
+        return self._runner(f"profile-{_digest(cells)}", [*setup_cells, *cells])
 
     def njit_runner(self, name: str) -> StudentWorker:
         """A fresh process holding only the assignment's setup cells and the answer cell that defines
@@ -162,14 +170,15 @@ class StudentWorker:
             njit_gate.check_own_loops(cell)
         except njit_gate.NotOwnLoops as refused:
             raise _from_student(f"{name}: its cell is not only your own compiled loops ({refused})") from None
-        return self._runner(f"njit-{hashlib.sha256(cell.encode()).hexdigest()[:16]}", [*self.setup[0], cell])
+        return self._runner(f"njit-{_digest([cell])}", [*self.setup[0], cell])
 
     def answers_runner(self, names) -> StudentWorker:
         """A fresh process holding only the assignment's setup cells and the answer cells that define
-        ``names``: where a setup function that drives those answers runs (it trains the student's model,
-        steps their optimizer), so what it returns comes from those cells alone (the evidence rule)."""
-        cells = list(dict.fromkeys(self._answer_cell(name) for name in names))
-        return self._runner(f"answers-{hashlib.sha256(chr(0).join(cells).encode()).hexdigest()[:16]}", [*self.setup[0], *cells])
+        ``names`` and the other answers they call: where a setup function that drives those answers runs
+        (it trains the student's model, steps their optimizer), so what it returns comes from those cells
+        alone (the evidence rule)."""
+        cells = self._answer_cells(tuple(names))
+        return self._runner(f"answers-{_digest(cells)}", [*self.setup[0], *cells])
 
     def _runner(self, key: str, cells: list[str]) -> StudentWorker:
         """The started runner ``key`` (a fresh process in a folder of its own, holding only ``cells``), made once."""
@@ -189,6 +198,20 @@ class StudentWorker:
             if cell not in setup_cells and name in defined_names(cell):
                 return cell
         raise _from_student(f"{name} is not defined by any of your answer cells")
+
+    def _answer_cells(self, names: tuple[str, ...]) -> list[str]:
+        """The cells that define ``names``, and those that define the assignment's other answers they use
+        (module 09's ``lstm_forward`` calls ``lstm_cell``), in the notebook's order."""
+        chosen, seen, pending = set(), set(), list(names)
+        while pending:
+            name = pending.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            cell = self._answer_cell(name)
+            chosen.add(cell)
+            pending += [used for used in free_names(cell) if used in self.answer_names]
+        return [cell for cell in dict.fromkeys(self.cells) if cell in chosen]
 
     def ensure_started(self) -> None:
         while self.process is None:
@@ -384,6 +407,11 @@ class StudentFunction:
         if not isinstance(reply, dict) or not isinstance(reply.get("ops"), dict):
             raise StudentError(f"{self.name}: the counted call did not report back")
         return reply["output"], reply["ops"]
+
+    def torch_only(self) -> StudentFunction:
+        """This function as it runs in its profile runner (:meth:`StudentWorker.profile_runner`): calls and timed
+        blocks go there, where only the setup cells and its checked answer cells ran."""
+        return StudentFunction(self.worker.profile_runner(self.name), self.name, self.item_deadline)
 
     def njit_only(self) -> StudentFunction:
         """This function as it runs in its njit runner (:meth:`StudentWorker.njit_runner`): calls and timed
@@ -604,10 +632,12 @@ class ReferenceFunction:
     def drive_iterator(self, plan):
         return self.remote.drive_iterator(plan)
 
-    def answers_only(self, names, seconds: float | None = None):
+    def answers_only(self, names, seconds: float | None = None, gated: bool = False):
         """This setup function, called in the student's answers runner (:meth:`StudentWorker.answers_runner`),
+        or with ``gated`` in their profile runner (the answers' cells checked by :mod:`autograder.torch_gate`),
         each call within ``seconds`` quiet-machine seconds (and the item's limit)."""
-        return _BudgetedCall(self.student.answers_runner(names), self.__name__, names, self.remote.item_deadline, seconds)
+        runner = self.student.profile_runner(names) if gated else self.student.answers_runner(names)
+        return _BudgetedCall(runner, self.__name__, names, self.remote.item_deadline, seconds)
 
 
 class _BudgetedCall:
@@ -747,6 +777,11 @@ def _importable(fn) -> bool:
     return module.split(".")[0] in {"torch", "math", "builtins", "numpy", "operator", "time", "functools"}
 
 
+def _digest(cells: list[str]) -> str:
+    """A runner's key: which cells it holds."""
+    return hashlib.sha256(chr(0).join(cells).encode()).hexdigest()[:16]
+
+
 def _first_line(text: str) -> str:
     lines = [line for line in str(text).strip().splitlines() if line.strip()]
     return lines[-1][:500] if lines else ""
@@ -779,7 +814,7 @@ def grade(plan: Plan, workdir: Path, limits: sandbox.Limits = sandbox.Limits(), 
         notebook_deadline = clock.now() + limits.notebook_seconds
         try:
             namespace = _trusted_namespace(plan, notes)
-            worker.setup = (plan.context, namespace)
+            worker.setup, worker.answer_names, worker.answer_helpers = (plan.context, namespace), set(plan.api_names), set(plan.answer_helpers)
             for item in items:
                 results.append(_grade_with_retry(item, plan, namespace, worker, reference, limits, notebook_deadline))
             notes += worker.load_notes

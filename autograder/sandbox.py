@@ -64,24 +64,25 @@ class WorkerProcess:
     def kill(self) -> None:
         """Kill the worker and everything it started.
 
-        Killing ``unshare`` alone is not enough: its child changed user, which clears the
-        parent-death signal. The child is the PID namespace's init, and when that dies the
-        kernel kills every process in the namespace (a fork bomb's too); the process group
-        catches the rest, and the reduced mode's children.
+        Killing ``unshare`` (or the fork server's waiter) alone is not enough: its child changed user,
+        which clears the parent-death signal. The child is the PID namespace's init, and when that dies
+        the kernel kills every process in the namespace (a fork bomb's too); the process group catches
+        the rest, and the reduced mode's children.
         """
-        for pid in children(self.process.pid):
+        inits = children(self.process.pid)
+        for pid in inits:
             _signal(pid, signal.SIGKILL)
+        if inits and self.isolation == "namespaces":
+            # The dying init waits for every process of its namespace, and only then does its parent (the
+            # waiter, or unshare) see it end and exit. Until then they count against the sandbox user's
+            # process limit, so a worker started sooner could not start a thread: a fork bomb's retried cell
+            # under load left none for the next worker. Killing the parent too would end that wait early.
+            self._wait(KILL_SECONDS)
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        # The waiter (or unshare) exits once the namespace is empty: the dying init waits for all its
-        # processes. Until then they count against the user's process limit, so a worker started
-        # sooner could not start a thread (so it went, after a 10 s wait, for a fork bomb graded beside a second test run).
-        try:
-            self.process.wait(timeout=KILL_SECONDS)
-        except subprocess.TimeoutExpired:
-            pass
+        self._wait(KILL_SECONDS)
         if hasattr(self.process, "close"):  # a forked worker's status pipe
             self.process.close()
         for fd in (self.to_worker, self.from_worker):
@@ -89,6 +90,12 @@ class WorkerProcess:
                 os.close(fd)
             except OSError:
                 pass
+
+    def _wait(self, seconds: float) -> None:
+        try:
+            self.process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            pass
 
     def killed_by_sigkill(self) -> bool:
         return self.process.poll() in (-signal.SIGKILL, 128 + signal.SIGKILL)

@@ -54,6 +54,9 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     cell_origins: list[CellOrigin] = field(default_factory=list)  # one per student cell, in the same order
     context_origins: list[CellOrigin] = field(default_factory=list)  # one per context cell, in the same order
+    # The setup functions the source's own answers call (08's `pair`): all a gated answer cell may call of the
+    # setup's, so an answer cannot hand its work to a baseline (09's `lstm_forward_naive` is a whole LSTM).
+    answer_helpers: list[str] = field(default_factory=list)
 
     @property
     def reference_functions(self) -> list[str]:
@@ -91,6 +94,29 @@ def defined_names(source: str) -> list[str]:
         elif isinstance(node, ast.Assign):
             names += [target.id for target in node.targets if isinstance(target, ast.Name)]
     return names
+
+
+def free_names(source: str) -> list[str]:
+    """Names a cell reads that it never binds anywhere (a global it needs from elsewhere: ``lstm_cell`` in a
+    cell that calls it), in the order first read. A name bound anywhere in the cell counts as its own."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    bound = set(defined_names(source))
+    read = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            read.append((node.lineno, node.col_offset, node.id))
+        elif isinstance(node, ast.Name):
+            bound.add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return [name for name in dict.fromkeys(name for *_, name in sorted(read)) if name not in bound]
 
 
 def collect_answers(source_nb, student_nb) -> tuple[dict[str, list[str]], dict[str | None, list[str]]]:
@@ -151,6 +177,8 @@ def make_plan(source_nb: nbformat.NotebookNode, student_nb: nbformat.NotebookNod
         elif is_solution(cell):
             expected = defined_names(cell.source)
             plan.api_names += [name for name in expected if name not in plan.api_names]
+            helpers = set(plan.reference_functions) & set(free_names(cell.source))
+            plan.answer_helpers += sorted(helpers - set(plan.answer_helpers))
             student = answers.get(meta["grade_id"])
             if student is None:
                 plan.notes.append(f"answer cell {meta['grade_id']!r} is missing from the submission")

@@ -59,12 +59,13 @@ class UncountableSource(ValueError):
     """The cell holds something the grader's op count cannot trust; the message names the line."""
 
 
-def check_countable(text: str, setup: dict | None = None) -> None:
+def check_countable(text: str, setup: dict | None = None, answers=()) -> None:
     """Raise :class:`UncountableSource` unless the answer cell ``text`` keeps to the rules above.
 
     ``setup`` is the namespace the assignment's own setup cells made (in the grader): the answer
     may use the names it binds to torch, ``torch.nn.functional`` or math, call its functions and
-    read its plain constants.
+    read its plain constants. ``answers``: functions of the student's other answer cells that run
+    beside this one (each checked by these rules too), which it may call.
     """
     try:
         module = ast.parse(text)
@@ -73,7 +74,7 @@ def check_countable(text: str, setup: dict | None = None) -> None:
     setup = setup or {}
     functions = {name for name, value in setup.items() if isinstance(value, types.FunctionType) and not name.startswith("_")}
     constants = {name for name, value in setup.items() if _is_plain_constant(value) and not name.startswith("_")}
-    scope = _Scope(functions | _defined_functions(module), constants)
+    scope = _Scope(functions | _defined_functions(module) | set(answers), constants)
     scope.modules = {name: value for name, value in setup.items() if any(value is m for m in _ALLOWED_MODULE_OBJECTS)}
     for statement in module.body:
         _top_level(statement, scope)

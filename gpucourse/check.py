@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .devices import device_class
-from .timing import SpeedResult
+from .timing import SpeedResult, ratio_text
 
 
 def assert_close(actual, expected, *, rtol: float = 1e-5, atol: float = 1e-6, name: str = "result") -> None:
@@ -122,7 +122,7 @@ def assert_speedup(result: SpeedResult, required: float, *, name: str = "speedup
     """The measured speedup reaches ``required``; the message gives both numbers."""
     if not result.speedup >= required:
         conclusive = max(result.speedup, result.high) < CONCLUSIVE_FRACTION * required
-        raise TimingFailure(f"{name}: measured {result.speedup:.1f}× faster, need {required:g}× — {result}", conclusive=conclusive)
+        raise TimingFailure(f"{name}: measured {ratio_text(result.speedup)}, need {required:g}× — {result}", conclusive=conclusive)
     print(f"{name}: {result} (needed {required:g}×)")
 
 
@@ -178,6 +178,16 @@ def counted_call(fn, *args, counter, top_level: bool = False):
     return output, counter(fn, *args)
 
 
+def top_level_ops(fn, *args) -> dict[str, int]:
+    """{ATen op: calls} of the ops one call ``fn(*args)`` makes from Python (not those ops run inside), recorded
+    by torch's profiler as the grader records them (``counted_call(..., top_level=True)``): module 09 looks
+    for the library's recurrent ops there (``aten::lstm_cell`` runs as a matmul and pointwise ops inside,
+    which is all a dispatch mode would see)."""
+    from autograder.profiling import counted_call as profiled
+
+    return profiled(fn, *args, top_level=True)[1]
+
+
 def njit_only(fn):
     """``fn``, held to being its answer cell's own compiled loops (module 07): an ``@njit`` function whose
     cell passes :mod:`autograder.njit_gate` (no NumPy matmul, no other code; the message names the line).
@@ -192,9 +202,8 @@ def njit_only(fn):
     py_func = getattr(fn, "py_func", None)
     if py_func is None:
         raise AssertionError(f"{name} is not compiled with numba's @njit: put @njit on the line above its def")
-    cell = "".join(linecache.getlines(py_func.__code__.co_filename))
+    cell = _cell_source(py_func, name)
     if not cell:
-        print(f"{name}: its cell's source is not available here, so the grader's check on it was not run")
         return fn
     from autograder.njit_gate import NotOwnLoops, check_own_loops
 
@@ -203,6 +212,49 @@ def njit_only(fn):
     except NotOwnLoops as refused:
         raise AssertionError(f"{name}: the grader will refuse its cell: {refused}") from None
     return fn
+
+
+def torch_only(fn):
+    """``fn``, held to being torch operations in its answer cell (module 09's ``lstm_forward_fast``): a cell that
+    passes :mod:`autograder.torch_gate` (torch's operators, ``torch.nn.functional``, ``math``, ``torch.compile``
+    with literal options; no ``torch.nn`` modules, no private names, no state kept between calls), as the
+    cells of the other answers it calls must too.
+
+    Under grading, the returned stand-in calls and times the function in a process that holds only the
+    setup cells and those cells (the course's evidence rule), where its ops are also counted
+    (:func:`counted_call`); here its cell is checked as the grader will check it.
+    """
+    trusted = getattr(fn, "torch_only", None)
+    if trusted is not None:
+        return trusted()
+    _check_torch_cell(fn)
+    return fn
+
+
+def _check_torch_cell(fn) -> None:
+    """What the grader's gate says about the cell that defined ``fn`` (told here, before grading does).
+    Here any function of the notebook counts as callable; the grader allows only the setup cells' and the
+    other answers'."""
+    name = getattr(fn, "__name__", "the function")
+    cell = _cell_source(fn, name)
+    if not cell:
+        return
+    from autograder.torch_gate import UncountableSource, check_countable
+
+    try:
+        check_countable(cell, getattr(fn, "__globals__", {}))
+    except UncountableSource as refused:
+        raise AssertionError(f"{name}: the grader will refuse its cell: {refused}") from None
+
+
+def _cell_source(fn, name: str) -> str:
+    """The source of the notebook cell (or file) that defined ``fn``, as the grader will check it; "" with a note
+    where it is not available (a function made by exec)."""
+    code = getattr(fn, "__code__", None)
+    cell = "".join(linecache.getlines(code.co_filename)) if code is not None else ""
+    if not cell:
+        print(f"{name}: its cell's source is not available here, so the grader's check on it was not run")
+    return cell
 
 
 def mma_calls(fn, a, b) -> int:
@@ -223,11 +275,13 @@ def mma_calls(fn, a, b) -> int:
     return check_log(a, b, output, calls, key, name=getattr(fn, "__name__", "the function"))
 
 
-def answers_only(fn, *names: str, seconds: float | None = None):
+def answers_only(fn, *names: str, seconds: float | None = None, gated: bool = False):
     """``fn``, a setup cell's function that drives the answers ``names`` (trains your model, steps your
     optimizer), as the grader runs it: in a process that holds only the setup cells and the answer cells
-    that define ``names`` (the course's evidence rule), and stopped after ``seconds`` of the grader's
-    quiet-machine clock. What it returns is plain data (tensors, numbers) that the test then checks itself.
+    that define ``names`` and the answers they call (the course's evidence rule), and stopped after
+    ``seconds`` of the grader's quiet-machine clock. What it returns is plain data (tensors, numbers)
+    that the test then checks itself. ``gated``: those answer cells are held to torch operations, as
+    :func:`torch_only` holds them (module 09 takes gradients through a from-scratch LSTM that way).
 
     Here it runs in this process, and a call that takes longer than ``seconds`` fails, as it would there:
     counted as the lesser of its wall-clock and CPU time, so a busy machine (wall time) and several torch
@@ -236,7 +290,11 @@ def answers_only(fn, *names: str, seconds: float | None = None):
     """
     trusted = getattr(fn, "answers_only", None)
     if trusted is not None:
-        return trusted(names, seconds)
+        return trusted(names, seconds, gated)
+    for name in names if gated else ():
+        if name not in fn.__globals__:
+            raise NameError(f"name {name!r} is not defined")
+        _check_torch_cell(fn.__globals__[name])
 
     @functools.wraps(fn)
     def timed(*args, **kwargs):

@@ -629,18 +629,142 @@ def im2col_figure(ax_image, ax_columns, height: int = 5, width: int = 5, kernel:
     return columns
 
 
-def training_curves(ax_loss, ax_accuracy, history, *, label: str):
-    """Loss and test accuracy per epoch from ``history``, a list of (epoch, loss, accuracy); ``label`` says where it ran."""
+PARALLEL_COLOUR, SEQUENTIAL_COLOUR = "tab:green", "tab:red"
+
+
+def unrolled_recurrence(ax, steps: int = 5):
+    """A recurrent layer unrolled over ``steps`` time steps: a cell per step, its input x_t below, its output
+    h_t above, and the state (h, c) carried to the right. The input arrows (green) can all be computed at once
+    (one GEMM for every step); the state arrows (red) are a chain, each step waiting for the one before.
+    Returns the arrows, as {"input": [...], "state": [...]}."""
+    from matplotlib.patches import FancyArrowPatch
+
+    if steps < 2:
+        raise ValueError(f"draw at least 2 steps, got {steps}")
+    arrows = {"input": [], "state": []}
+
+    def arrow(start, end, colour, kind):
+        patch = FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=10, color=colour, lw=1.5)
+        ax.add_patch(patch)
+        arrows[kind].append(patch)
+
+    for t in range(steps):
+        x = 2.0 * t
+        ax.add_patch(_box(x - 0.5, -0.4, 1.0, 0.8, "0.92"))
+        ax.text(x, 0, "cell", ha="center", va="center", fontsize=9)
+        ax.text(x, -1.5, f"$x_{{{t + 1}}}$", ha="center", va="center", fontsize=10)
+        ax.text(x, 1.5, f"$h_{{{t + 1}}}$", ha="center", va="center", fontsize=10)
+        arrow((x, -1.25), (x, -0.42), PARALLEL_COLOUR, "input")
+        ax.add_patch(FancyArrowPatch((x, 0.42), (x, 1.25), arrowstyle="-|>", mutation_scale=10, color="0.4", lw=1))
+        arrow((x - 1.5, 0), (x - 0.52, 0), SEQUENTIAL_COLOUR, "state")
+    ax.text(-1.6, 0.25, "$h_0, c_0$", ha="right", va="bottom", fontsize=9)
+    ax.text(2.0 * (steps - 1) / 2, -2.3, "input projections $W_{ih} x_t$: independent, one GEMM for all steps",
+            ha="center", color=PARALLEL_COLOUR, fontsize=9)
+    ax.text(2.0 * (steps - 1) / 2, 2.2, "state $(h, c)$: step t + 1 waits for step t", ha="center", color=SEQUENTIAL_COLOUR, fontsize=9)
+    ax.set_xlim(-2.2, 2.0 * steps - 1.2)
+    ax.set_ylim(-2.6, 2.6)
+    ax.axis("off")
+    return arrows
+
+
+def training_curves(ax_loss, ax_accuracy, history, *, label: str, unit: str = "epoch"):
+    """Loss and test accuracy per ``unit`` (an epoch, a step) from ``history``, a list of (epoch, loss, accuracy);
+    ``label`` says where it ran. ``ax_accuracy`` None: the loss alone (a language model has no accuracy to show).
+    A loss may be a dict of named losses (a GAN's {"D": 1.3, "G": 0.8}): one curve each, with a legend, on a linear
+    axis (two players' losses hover in a band instead of falling over decades)."""
     if not history:
-        raise ValueError("no epochs to draw yet")
+        raise ValueError(f"no {unit}s to draw yet")
     epochs, losses, accuracies = zip(*history)
-    ax_loss.plot(epochs, losses, marker="o", markersize=3)
-    ax_loss.set_xlabel("epoch")
+    if isinstance(losses[-1], dict):
+        names = list(losses[-1])
+        for name in names:
+            ax_loss.plot(epochs, [loss[name] for loss in losses], marker="o", markersize=3, label=name)
+        ax_loss.legend(fontsize=MIN_LABEL_POINTS)
+        last = ", ".join(f"{name} {losses[-1][name]:.3g}" for name in names)
+    else:
+        ax_loss.plot(epochs, losses, marker="o", markersize=3)
+        last = f"{losses[-1]:.3g}"
+    ax_loss.set_xlabel(unit)
     ax_loss.set_ylabel("training loss")
-    ax_loss.set_yscale("log")
-    ax_accuracy.plot(epochs, [100 * a for a in accuracies], marker="o", markersize=3, color="tab:green")
-    ax_accuracy.set_xlabel("epoch")
-    ax_accuracy.set_ylabel("test accuracy (%)")
-    ax_accuracy.set_title(f"{accuracies[-1]:.1%} after epoch {epochs[-1]} ({label})", fontsize=9)
-    for ax in (ax_loss, ax_accuracy):
+    ax_loss.set_yscale("linear" if isinstance(losses[-1], dict) else "log")
+    axes = [ax_loss]
+    if ax_accuracy is None:
+        ax_loss.set_title(f"loss {last} after {unit} {epochs[-1]} ({label})", fontsize=9)
+    else:
+        ax_accuracy.plot(epochs, [100 * a for a in accuracies], marker="o", markersize=3, color="tab:green")
+        ax_accuracy.set_xlabel(unit)
+        ax_accuracy.set_ylabel("test accuracy (%)")
+        ax_accuracy.set_title(f"{accuracies[-1]:.1%} after {unit} {epochs[-1]} ({label})", fontsize=9)
+        axes.append(ax_accuracy)
+    for ax in axes:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _as_array(values) -> np.ndarray:
+    """A NumPy copy of an array or a tensor (on any device, with or without gradients)."""
+    if hasattr(values, "detach"):
+        values = values.detach().cpu()
+    return np.asarray(values, dtype=float)
+
+
+def ring_scatter(ax, samples, centers, *, radius: float, title: str | None = None):
+    """A generator's 2-D ``samples`` (n, 2) over the real modes: each of the ``centers`` (m, 2) a red cross inside a
+    dashed circle of ``radius`` (the "near a mode" distance), on equal axes that stay put from one frame of a live
+    figure to the next (1.5 times the ring's radius each way; samples farther out fall outside the frame).
+    Returns the samples' PathCollection."""
+    samples, centers = _as_array(samples), _as_array(centers)
+    if samples.ndim != 2 or samples.shape[1] != 2 or centers.ndim != 2 or centers.shape[1] != 2:
+        raise ValueError(f"samples and centers must be (n, 2) points, got {samples.shape} and {centers.shape}")
+    from matplotlib.patches import Circle
+
+    dots = ax.scatter(samples[:, 0], samples[:, 1], s=4, alpha=0.35, color="tab:blue", linewidths=0, label="generated")
+    for x, y in centers:
+        ax.add_patch(Circle((x, y), radius, fill=False, edgecolor="tab:red", linestyle="--", linewidth=1))
+    ax.scatter(centers[:, 0], centers[:, 1], marker="x", s=30, color="tab:red", label="real modes")
+    extent = 1.5 * float(np.hypot(centers[:, 0], centers[:, 1]).max() or 1.0)
+    ax.set_xlim(-extent, extent)
+    ax.set_ylim(-extent, extent)
+    ax.set_aspect("equal")
+    ax.tick_params(labelsize=MIN_LABEL_POINTS)
+    if title is not None:
+        ax.set_title(title, fontsize=9)
+    return dots
+
+
+def image_grid(ax, images, rows: int, cols: int, *, vmin: float = -1.0, vmax: float = 1.0, title: str | None = None):
+    """The first rows × cols ``images`` tiled into one picture, dark for high values, a light blue pixel between them.
+
+    images: (n, h, w), or (n, h·h) flat square images (module 10's 64-pixel digits are 8 × 8). ``vmin`` and
+    ``vmax`` fix the grey scale (default [-1, 1], a Tanh generator's range), so grids drawn at different times
+    compare. Returns the tiled (rows·(h + 1) - 1, cols·(w + 1) - 1) array, NaN in the gaps.
+    """
+    images = _as_array(images)
+    if images.ndim == 2:
+        side = int(round(images.shape[1] ** 0.5))
+        if side * side != images.shape[1]:
+            raise ValueError(f"flat images must be square, got {images.shape[1]} pixels each")
+        images = images.reshape(len(images), side, side)
+    if images.ndim != 3:
+        raise ValueError(f"images must be (n, h, w) or (n, h·w), got shape {images.shape}")
+    if len(images) < rows * cols:
+        raise ValueError(f"a {rows} × {cols} grid needs {rows * cols} images, got {len(images)}")
+    _, height, width = images.shape
+    tiled = np.full((rows * (height + 1) - 1, cols * (width + 1) - 1), np.nan)
+    for index in range(rows * cols):
+        row, col = divmod(index, cols)
+        tiled[row * (height + 1):row * (height + 1) + height, col * (width + 1):col * (width + 1) + width] = images[index]
+    cmap = _grey_with_gaps()
+    ax.imshow(tiled, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
+    ax.axis("off")
+    if title is not None:
+        ax.set_title(title, fontsize=9)
+    return tiled
+
+
+GRID_GAP_COLOUR = "#cfe2f3"  # light blue: neither a pixel value nor the white of a digit's background
+
+
+def _grey_with_gaps():
+    import matplotlib
+
+    return matplotlib.colormaps["gray_r"].with_extremes(bad=GRID_GAP_COLOUR)

@@ -220,6 +220,53 @@ def train_step_speed(card: gpu_specs.GPUSpec, batch: int = 2048, steps: int = 10
     return SpeedModel("test_fast_train_step_speed", card.name, plain, fast, bound)
 
 
+# Kernels one time step launches (module 09): the naive LSTM per gate, 2 matmuls and 3 adds (two biases and
+# the sum), then 3 sigmoids, 2 tanh, 3 products and the sum of the state update; the fast one, an addmm of the
+# precomputed input part and the 9 pointwise ops (chunk is a view). Transposes and slices are views: no kernel.
+NAIVE_LSTM_STEP_KERNELS = 4 * (2 + 3) + 9
+FAST_LSTM_STEP_KERNELS = 1 + 9
+
+
+def lstm_speed(card: gpu_specs.GPUSpec, steps: int = 64, batch: int = 64, inputs: int = 256, hidden: int = 256) -> SpeedModel:
+    """09 test_lstm_fast_gpu_speed: the per-gate LSTM against one GEMM for four gates and the input projection
+    hoisted (one (T·N, I) @ (I, 4H) GEMM and a bias add before the loop), float32.
+
+    Both do the same 2·T·N·(I + H)·4H FLOPs and read the weights once a step (the fast one W_ih once in all);
+    a step's tensors are tens of KB. So both are launch-bound on every card, and the ratio is about their
+    kernels per step (``NAIVE_LSTM_STEP_KERNELS`` against ``FAST_LSTM_STEP_KERNELS``), plus the stack of the outputs.
+    """
+    flops = 2 * steps * batch * (inputs + hidden) * 4 * hidden
+    weights = (inputs + hidden) * 4 * hidden * FLOAT32_BYTES
+    states = steps * batch * 4 * hidden * FLOAT32_BYTES * 6  # the gates and states, read and written by the pointwise ops
+    naive, _ = kernel_seconds(card, nbytes=steps * weights + states, flops=flops, launches=steps * NAIVE_LSTM_STEP_KERNELS + 1)
+    fast, bound = kernel_seconds(card, nbytes=weights + steps * hidden * 4 * hidden * FLOAT32_BYTES + states, flops=flops,
+                                 launches=steps * FAST_LSTM_STEP_KERNELS + 3)
+    return SpeedModel("test_lstm_fast_gpu_speed", card.name, naive, fast, bound)
+
+
+def gan_loop_speed(card: gpu_specs.GPUSpec, batch: int = 8192, steps: int = 10) -> SpeedModel:
+    """10 test_fast_train_loop_gpu_speed: the seed's GAN (G 100 → 256 → 784, D 784 → 256 → 1) for ``steps``
+    steps, its float32 loop with two ``.item()`` a step against a sync-free float16 (or bfloat16) one.
+
+    A step runs G forward once (for the fake batch), D forward three times (real and fake for D's
+    loss, fake again for G's) and the backward passes, twice the forward FLOPs each: 3 G forwards and
+    7 D forwards of work. About 60 kernels a step (layers, activations, losses, two Adam updates);
+    autocast adds about 20 casts. The seed's loop syncs twice a step, so its launches cannot run
+    ahead of the GPU: it pays launches plus work (float32 matmuls, TF32 off by PyTorch's default);
+    the fast loop pays the larger of its launches and its work on the tensor cores. Activations
+    (the 784-wide layers) are read and written about 10 times a step, in 4 or 2 bytes.
+    """
+    g_forward, d_forward = 2 * batch * (100 * 256 + 256 * 784), 2 * batch * (784 * 256 + 256)
+    flops = steps * (3 * g_forward + 7 * d_forward)
+    activations = steps * batch * (256 + 784 + 3 * (256 + 1)) * 10
+    plain = 60 * steps * gpu_specs.LAUNCH_OVERHEAD_SECONDS + max(flops / card.fp32_flops, activations * FLOAT32_BYTES / card.memory_bandwidth)
+    launching = 80 * steps * gpu_specs.LAUNCH_OVERHEAD_SECONDS
+    fast_compute, fast_memory = flops / card.fp16_tensor_flops, activations * 2 / card.memory_bandwidth
+    fast = max(launching, fast_compute, fast_memory)
+    bound = "launches" if fast == launching else ("compute" if fast_compute > fast_memory else "memory")
+    return SpeedModel("test_fast_train_loop_gpu_speed", card.name, plain, fast, bound)
+
+
 # Each GPU speed item (by grade id) and its model.
 ITEMS = {
     "test_pairwise_speed": pairwise_speed,
@@ -232,6 +279,8 @@ ITEMS = {
     "test_batched_matmuls_speed": batched_matmuls_speed,
     "test_triton_matmul_speed": triton_matmul_speed,
     "test_fast_train_step_speed": train_step_speed,
+    "test_lstm_fast_gpu_speed": lstm_speed,
+    "test_fast_train_loop_gpu_speed": gan_loop_speed,
 }
 
 

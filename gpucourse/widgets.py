@@ -257,24 +257,42 @@ class TrainingMonitor:
 
     ``monitor = TrainingMonitor(epochs, label="measured on ...")``, then ``monitor.update(epoch, loss, accuracy)``
     after each epoch: the bar advances and the figure (``plots.training_curves``) is redrawn in place.
+    ``unit="step"`` counts steps instead; ``update(step, loss, sample=text)`` without an accuracy draws the loss
+    alone and shows ``text`` under it (module 09's language model prints what it writes as it learns).
+    A loss may be a dict of named losses, one curve each (a GAN's ``{"D": 1.3, "G": 0.8}``), and
+    ``extra=draw`` adds a panel beside the curves that ``draw(ax)`` redraws at every update (module 10 draws
+    the generator's samples there).
     """
 
-    def __init__(self, epochs: int, *, label: str):
+    def __init__(self, epochs: int, *, label: str, unit: str = "epoch", extra=None):
         import ipywidgets as widgets
         from IPython.display import display
 
         if epochs < 1:
-            raise ValueError(f"epochs must be at least 1, got {epochs}")
-        self.epochs, self.label, self.history = epochs, label, []
-        self.bar = widgets.IntProgress(value=0, min=0, max=epochs, description=f"epoch 0/{epochs}")
+            raise ValueError(f"{unit}s must be at least 1, got {epochs}")
+        self.epochs, self.label, self.unit, self.extra, self.history = epochs, label, unit, extra, []
+        self.bar = widgets.IntProgress(value=0, min=0, max=epochs, description=f"{unit} 0/{epochs}")
         self.figure = widgets.Output()
-        display(widgets.VBox([self.bar, self.figure]))
+        self.sample = widgets.HTML()
+        display(widgets.VBox([self.bar, self.figure, self.sample]))
 
-    def update(self, epoch: int, loss: float, accuracy: float) -> None:
+    def update(self, epoch: int, loss: float | dict, accuracy: float | None = None, *, sample: str | None = None) -> None:
+        import html
+
         import matplotlib.pyplot as plt
 
-        self.history.append((epoch, float(loss), float(accuracy)))
-        self.bar.value, self.bar.description = min(epoch, self.epochs), f"epoch {epoch}/{self.epochs}"
-        fig, (ax_loss, ax_accuracy) = plt.subplots(1, 2, figsize=(8, 2.6))
-        plots.training_curves(ax_loss, ax_accuracy, self.history, label=self.label)
+        loss = {name: float(value) for name, value in loss.items()} if isinstance(loss, dict) else float(loss)
+        self.history.append((epoch, loss, None if accuracy is None else float(accuracy)))
+        self.bar.value, self.bar.description = min(epoch, self.epochs), f"{self.unit} {epoch}/{self.epochs}"
+        with_accuracy = accuracy is not None
+        curves = 2 if with_accuracy else 1
+        if self.extra is None:
+            fig, axes = plt.subplots(1, curves, figsize=(8 if with_accuracy else 5, 2.6), squeeze=False)
+        else:  # the extra panel is square, as tall as the curves; each curve's panel is wide enough for its title
+            fig, axes = plt.subplots(1, curves + 1, figsize=(9.6, 3.0), squeeze=False, gridspec_kw={"width_ratios": [1.9] * curves + [1]})
+        plots.training_curves(axes[0][0], axes[0][1] if with_accuracy else None, self.history, label=self.label, unit=self.unit)
+        if self.extra is not None:
+            self.extra(axes[0][-1])
+        if sample is not None:
+            self.sample.value = f"<pre style='white-space: pre-wrap'>{html.escape(sample)}</pre>"
         _show_in(self.figure, fig)

@@ -18,6 +18,23 @@ from course_helpers import REPO_ROOT, computed_once, make_course, make_submissio
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+# The scopes that grade or run notebooks, the longest kinds first; then the other slow tests; the quick ones last.
+HEAVY_FIRST = ("test_autograder_cli.py", "test_grading.py", "test_adversarial.py", "test_kernel_grading.py", "test_notebooks.py", "test_browser.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Long tests first, so that quick ones fill the end of the run: pytest-xdist hands scopes out in this order
+    (``make test`` passes ``--no-loadscope-reorder``), where by default the scopes with the most tests would go
+    first and single long tests (a lecture, 20-45 s) last, one of them running alone at the end. The sort is
+    stable: a file's tests, and a class's, stay together and in order."""
+    def rank(item):
+        name = item.path.name
+        if name in HEAVY_FIRST:
+            return (0, HEAVY_FIRST.index(name))
+        return (1 if item.get_closest_marker("slow") else 2, 0)
+
+    items.sort(key=rank)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def compile_answers_shared_by_this_run(tmp_path_factory):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import hashlib
+import itertools
 import os
 import re
 import shutil
@@ -100,14 +101,14 @@ def grade(root: Path, students: dict[str, dict[str, bytes]] | None, *, limits=LI
     submissions = submissions or adv.write_submissions(root / "submissions", students)
     names = {entry.name for entry in submissions.iterdir()} | {entry.stem for entry in submissions.iterdir()}
     names |= {name.split("_")[0] for name in names}
-    started_wall, started = time.time(), time.monotonic()
+    started_boot, started = boot_clock(), time.monotonic()
     with this_test_clock() as clock:
         try:
             reports = grade_assignment(ASSIGNMENT, submissions, course_root=course, jobs=jobs, limits=limits, gradebook=gradebook,
                                        progress=None, scratch_parent=root)
         finally:
             seconds, fair_seconds = time.monotonic() - started, clock.now()
-            leftovers = reap_sandbox_processes(names, started_wall, root)
+            leftovers = reap_sandbox_processes(names, started_boot, root)
     return Run(course, submissions, reports, leftovers, seconds, fair_seconds)
 
 
@@ -117,13 +118,22 @@ def this_test_clock() -> FairClock:
     return FairClock(lambda: [os.getpid()])
 
 
-def _boot_time() -> float:
-    with contextlib.suppress(OSError, StopIteration):
-        return next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime"))
-    return 0.0
+def boot_clock() -> float:
+    """Seconds since boot (CLOCK_BOOTTIME, what /proc/<pid>/stat counts a process's start in).
+
+    Not wall time: a clock stepped or slewed while the suite runs (a fresh CI machine's time being
+    synchronised) would move ``time.time()`` against the boot time read once, and every process
+    started since would look older than it is, and be missed by the scans below.
+    """
+    return float(Path("/proc/uptime").read_text().split()[0]) if os.path.exists("/proc/uptime") else 0.0
 
 
-_BOOT_TIME, _TICKS = _boot_time(), os.sysconf("SC_CLK_TCK")
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _started_at(stat: str) -> float:
+    """When a process started, in :func:`boot_clock` seconds, from its /proc/<pid>/stat line."""
+    return int(stat.rsplit(")", 1)[1].split()[19]) / _TICKS
 
 
 def _worker_folder(scratch_parent: Path) -> re.Pattern:
@@ -131,42 +141,70 @@ def _worker_folder(scratch_parent: Path) -> re.Pattern:
     <root>/grade-<assignment>-XXXX/work/<student>[.reference|.kernel-...]. Only this test's: a test on the
     other pytest worker may grade a student of the same name at the same time."""
     return re.compile(rf"{re.escape(str(scratch_parent.resolve()))}/grade-{re.escape(ASSIGNMENT)}-[^/]+/work/"
-                      r"(?P<student>[^/.]+)(?:\.reference|\.kernel-[^/]+)?$")
+                      r"(?P<student>[^/.]+)(?:\.(?:reference|(?:kernel|profile|njit|answers)-[^/]+))?$")
 
 
-def _worker_folders(pid: str) -> list[str]:
-    """Where process ``pid`` says it belongs: its HOME as it started (what processes the student's code
-    started inherit), and its working folder (a worker forked by the fork server started with the server's HOME)."""
-    folders = []
+def _worker_folders(pid: str):
+    """Where process ``pid`` says it belongs, lazily: its working folder (a worker forked by the fork server
+    started with the server's HOME), then its HOME as it started (what processes the student's code started
+    inherit). The working folder first: reading it takes no lock of the process, while reading its environment
+    takes its memory map's, which a fork bomb's processes keep busy, and a scan of them all can then take longer
+    than a worker lives."""
+    with contextlib.suppress(OSError):
+        yield os.readlink(f"/proc/{pid}/cwd")  # seen from here: /mnt/sandbox-root/<the folder>
     with contextlib.suppress(OSError):
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        folders += [item[5:].decode(errors="replace") for item in environ if item.startswith(b"HOME=")]
-    with contextlib.suppress(OSError):
-        folders.append(os.readlink(f"/proc/{pid}/cwd"))  # seen from here: /mnt/sandbox-root/<the folder>
-    return folders
+        yield from (item[5:].decode(errors="replace") for item in environ if item.startswith(b"HOME="))
 
 
-def _sandbox_processes(students: set[str], since: float, scratch_parent: Path) -> list[tuple[int, bool, str]]:
+def _process_ids() -> list[str]:
+    """The pids in /proc, newest first: the processes a test is looking for are recent ones."""
+    return sorted((entry for entry in os.listdir("/proc") if entry.isdigit()), key=int, reverse=True) if os.path.isdir("/proc") else []
+
+
+def _descendants(pid: int) -> list[str]:
+    """The pids of every process below ``pid`` in the process tree, newest first."""
+    found, pending = set(), [pid]
+    while pending:
+        for child in children(pending.pop()):
+            if child not in found:
+                found.add(child)
+                pending.append(child)
+    return [str(child) for child in sorted(found, reverse=True)]
+
+
+def _sandbox_processes(students: set[str], since: float, scratch_parent: Path, among: list[str] | None = None) -> list[tuple[int, bool, str]]:
     """(pid, whether it is its PID namespace's init, student) of the sandbox processes that this
     test started: their HOME or working folder is a worker folder of one of ``students`` in a run
-    under ``scratch_parent``, and they started after ``since``."""
+    under ``scratch_parent``, and they started after ``since`` (a :func:`boot_clock` reading).
+    ``among``: only these pids (default: every process, as a leftover may have left the tree)."""
     pattern, found = _worker_folder(scratch_parent), []
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if not entry.isdigit():
-            continue
-        matches = [match for folder in _worker_folders(entry) if (match := pattern.search(folder))]
-        if not matches or matches[0]["student"] not in students:
+    for entry in _process_ids() if among is None else among:
+        match = next(filter(None, map(pattern.search, _worker_folders(entry))), None)  # lazily: environ only when cwd does not match
+        if match is None or match["student"] not in students:
             continue
         try:
             status = Path(f"/proc/{entry}/status").read_text()
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        started = _BOOT_TIME + int(stat.rsplit(")", 1)[1].split()[19]) / _TICKS
+        started = _started_at(stat)
         if started < since - 1:
             continue
         nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
-        found.append((int(entry), bool(nspid) and nspid[-1] == "1", matches[0]["student"]))
+        found.append((int(entry), bool(nspid) and nspid[-1] == "1", match["student"]))
+    return found
+
+
+def _processes_under(scratch_parent: Path) -> list[tuple[int, float, list[str]]]:
+    """(pid, seconds since boot it started at, where it says it belongs) of every process whose
+    HOME or working folder lies under ``scratch_parent``: what a failed scan is explained with."""
+    found = []
+    for entry in _process_ids():
+        folders = [folder for folder in _worker_folders(entry) if str(scratch_parent.resolve()) in folder]
+        with contextlib.suppress(OSError):
+            if folders:
+                found.append((int(entry), _started_at(Path(f"/proc/{entry}/stat").read_text()), folders))
     return found
 
 
@@ -572,6 +610,16 @@ def _kill_pool_processes() -> list[int]:
     return killed
 
 
+def _outcome_summary(outcome: dict) -> str:
+    """What a grading in a thread ended with, in a line: its error, or each student's outcome and notes."""
+    if "error" in outcome:
+        return f"grading raised {outcome['error']!r}"
+    if "run" not in outcome:
+        return "grading had not returned"
+    return "; ".join(f"{name}: score {report.score}, error {report.error or report.grader_error or '-'}, notes {report.notes}"
+                     for name, report in outcome["run"].reports.items())
+
+
 def _grade_in_thread(**kwargs) -> tuple[threading.Thread, dict]:
     outcome: dict = {}
 
@@ -637,23 +685,35 @@ class TestGraderFailures:
     def test_a_dead_pool_process_costs_no_student_anything(self, tmp_path):
         """A pool process killed mid-grading: its students are graded again in a fresh pool, exactly."""
         # Names no other test uses: another test's workers (on the other pytest worker) must not look like this pool at work.
-        students = {"petra": {f"{ASSIGNMENT}.ipynb": adv.notebook_bytes(adv.reference())},
+        # petra's extra cell keeps her worker loading for 4 s (within the 60 s a cell may take): a grading that
+        # finished before the scan and the kill below would prove nothing, and a quick one on a quiet machine did.
+        slow_start = adv.with_extra_cell(adv.reference(), "imports", "import time\ntime.sleep(4)")
+        students = {"petra": {f"{ASSIGNMENT}.ipynb": adv.notebook_bytes(slow_start)},
                     "quinn": {f"{ASSIGNMENT}.ipynb": adv.RELEASE_PATH.read_bytes()}}
-        started = time.time()
+        started = boot_clock()
         thread, outcome = _grade_in_thread(root=tmp_path, students=students, limits=LIMITS, gradebook=True)
         deadline = time.monotonic() + 300
         while thread.is_alive() and not _pool_processes(working=True) and time.monotonic() < deadline:
             time.sleep(0.1)
-        # The scan that finds leftover sandbox processes must see a worker that is running, or every
+        # The scan that finds leftover sandbox processes must recognise a worker that is running, or every
         # "no process outlives grading" check of this file would pass without looking.
-        seen = []
-        while thread.is_alive() and not seen and time.monotonic() < deadline:
-            seen = _sandbox_processes({"petra", "quinn"}, started, tmp_path)
+        seen, nearby = [], {}
+        for scan in itertools.count():
+            if not thread.is_alive() or seen or time.monotonic() > deadline:
+                break
+            # This test's own process tree, where the workers are while grading runs: a scan of every process
+            # took longer than the workers lived, on a CI machine loaded by the other tests (twice in a row).
+            seen = _sandbox_processes({"petra", "quinn"}, started, tmp_path, among=_descendants(os.getpid()))
+            if not seen and scan % 10 == 9:  # what the scan missed, should it miss something (every tenth pass: it costs a scan)
+                nearby.update({pid: (start, folders) for pid, start, folders in _processes_under(tmp_path)})
             time.sleep(0.1)
+        grading_ran = thread.is_alive()
         killed = _kill_pool_processes()
         thread.join(timeout=600)
         assert killed, f"the test never saw the pool at work: {outcome}"
-        assert seen, "the scan for sandbox processes found no running worker: the leftover checks would prove nothing"
+        assert seen, ("the scan for sandbox processes found no running worker: the leftover checks would prove nothing; "
+                      f"grading {'was still running' if grading_ran else 'had ended'}; the test started at {started:.2f} s after boot, and meanwhile "
+                      f"these processes had a folder under its scratch (pid: started at, folders): {nearby}; {_outcome_summary(outcome)}")
         assert "run" in outcome, outcome.get("error")
         run = outcome["run"]
         check_items(run.reports["petra"], expect())

@@ -197,7 +197,7 @@ class Grade:
             else:
                 assert row.split()[1] == f"{item.points:g}/{item.points:g}" and "passed" in row, row
             if "assert_speedup" in item.source and (gpu or not item.requires_gpu):
-                assert "× faster" in row and "(needed " in row, f"the speed item's row shows measured and required speed: {row}"
+                assert ("× faster" in row or "× as fast" in row) and "(needed " in row, f"the speed item's row shows measured and required speed: {row}"
         assert ("your kernels, compiled by NVIDIA's compiler for A100 (sm_80" in printed) == expected.kernel_module, printed
         for grade_id, expected_text in SOLUTION_ROWS.get(self.module, {}).items():
             assert expected_text["cuda" if gpu else "cpu"] in _row(printed, grade_id), printed

@@ -137,3 +137,13 @@ def test_answers_only_runs_here_and_holds_the_call_to_its_budget():
     with pytest.raises(AssertionError, match=r"drive took 0\.\d s with your answer; the budget is 0.05 s"):
         check.answers_only(drive, "answer", seconds=0.05)(0.2)
     assert check.answers_only(time.sleep, "answer", seconds=0.05)(0.2) is None  # waiting is not the answer's time here
+
+
+def test_a_candidate_slower_than_its_baseline_is_said_to_be_as_fast_not_faster():
+    """Module 09 holds an LSTM to a fraction of the library's speed: 0.21× is "as fast", with two digits."""
+    from gpucourse.timing import SpeedResult
+
+    result = SpeedResult(0.213, 0.18, 0.24, 1e-3, 4.7e-3, 9, "CPU x", 1)
+    assert str(result).startswith("0.21× as fast (middle half of rounds 0.18–0.24×")
+    with pytest.raises(check.TimingFailure, match=r"measured 0.21× as fast, need 0.3×"):
+        check.assert_speedup(result, 0.3, name="lstm")

@@ -293,3 +293,39 @@ def test_a_setup_function_driving_an_answer_runs_where_only_that_answer_cell_ran
     assert (budget.outcome, budget.message) == (Outcome.FAILED, "drive with your answer ran past its budget of 1 quiet-machine seconds"), budget
     assert budget.seconds < 10, budget
     assert after.outcome == Outcome.PASSED, after
+
+
+TORCH_SETUP = "import torch\nfrom gpucourse import check\n\ndef drive(x):\n    return [float(main(x).sum()), 'OTHER' in globals()]\n"
+HELPER = "def helper(x):\n    return x * 2\n"
+MAIN = "def main(x):\n    return helper(x) + 1\n"
+
+
+def _torch_only_plan(helper: str, tests: dict[str, str]) -> Plan:
+    items = [skeleton.TestItem(name, 1.0, source) for name, source in tests.items()]
+    cells = [TORCH_SETUP, helper, MAIN, "OTHER = 'another cell of the student'\n"]
+    return Plan(context=[TORCH_SETUP], student_cells=cells, items=items, api_names=["helper", "main"])
+
+
+def test_a_torch_only_function_runs_with_the_answers_it_calls_and_nothing_else(tmp_path):
+    """check.torch_only, check.counted_call and check.answers_only(gated=True) on an answer that calls another
+    answer: its profile runner holds the setup cells and both answer cells (gated), not the student's other cell."""
+    tests = {
+        "test_calls": "assert check.torch_only(main)(torch.ones(3)).tolist() == [3.0, 3.0, 3.0]",
+        "test_counts": "output, ops = check.counted_call(main, torch.ones(3), counter=None)\nassert ops.get('aten::mul') == 1, ops",
+        "test_drives": "assert check.answers_only(drive, 'main', gated=True)(torch.ones(4)) == [12.0, False]",
+        "test_not_gated": "assert check.answers_only(drive, 'main')(torch.ones(4)) == [12.0, False]",
+    }
+    (tmp_path / "work").mkdir()
+    result = harness.grade(_torch_only_plan(HELPER, tests), tmp_path / "work", LIMITS)
+    assert [(item.grade_id, item.outcome) for item in result.items] == [(name, Outcome.PASSED) for name in tests], result.items
+
+
+def test_an_answer_it_calls_is_gated_too(tmp_path):
+    """The helper's cell reaches torch's private names: main, which calls it, cannot be run or counted."""
+    tests = {"test_calls": "check.torch_only(main)(torch.ones(3))",
+             "test_drives": "check.answers_only(drive, 'main', gated=True)(torch.ones(3))"}
+    helper = "import torch\n\ndef helper(x):\n    return torch._VF.lstm(x)\n"
+    (tmp_path / "work").mkdir()
+    result = harness.grade(_torch_only_plan(helper, tests), tmp_path / "work", LIMITS)
+    for item in result.items:
+        assert item.outcome == Outcome.FAILED and item.message.startswith("helper: its cell cannot be counted by the grader (line 4:"), item

@@ -480,11 +480,116 @@ VARIANTS_08 = {
         "    loss.backward()\n    optimizer.step()\n    return loss.detach()\n"
     ), "test_fast_train_step", None),
 }
+FAST_LSTM_ITEMS = ("test_lstm_forward_fast", "test_lstm_fast_speed", "test_lstm_fast_vs_library", "test_bilstm_forward")  # bilstm calls it
+FORWARD_ITEMS = ("test_lstm_forward", "test_lstm_forward_gradients")
+LSTM_SIGNATURE = "def {name}(x, h0, c0, w_ih, w_hh, b_ih, b_hh):\n"
+VARIANTS_09 = {
+    # The library's LSTM op, from a cell the gate lets through: the grader's count shows it, in every item that uses it.
+    "calls_torch_lstm": ("lstm_forward_fast", LSTM_SIGNATURE.format(name="lstm_forward_fast") + (
+        "    output, h_n, c_n = torch.lstm(x, (h0, c0), (w_ih, w_hh, b_ih, b_hh), True, 1, 0.0, False, False, False)\n"
+        "    return output, (h_n, c_n)\n"), FAST_LSTM_ITEMS, "calls aten::lstm"),
+    # The same op through torch's private module: the gate refuses the cell before anything of it runs.
+    "calls_VF_lstm": ("lstm_forward_fast", LSTM_SIGNATURE.format(name="lstm_forward_fast") + (
+        "    output, h_n, c_n = torch._VF.lstm(x, (h0, c0), (w_ih, w_hh, b_ih, b_hh), True, 1, 0.0, False, False, False)\n"
+        "    return output, (h_n, c_n)\n"), FAST_LSTM_ITEMS, "cannot be counted by the grader"),
+    # nn.LSTM itself, its weights copied in.
+    "nn_LSTM_module": ("lstm_forward", "from torch import nn\n\n" + LSTM_SIGNATURE.format(name="lstm_forward") + (
+        "    layer = nn.LSTM(x.shape[-1], h0.shape[-1]).to(x.dtype)\n    layer.weight_ih_l0.data = w_ih\n    return layer(x, (h0, c0))\n"),
+        FORWARD_ITEMS, "cannot be counted by the grader"),
+    # The library's one-step op: right values; lstm_forward calls it too.
+    "lstm_cell_op": ("lstm_cell", "def lstm_cell(x, h, c, w_ih, w_hh, b_ih, b_hh):\n    return torch.lstm_cell(x, (h, c), w_ih, w_hh, b_ih, b_hh)\n",
+                     ("test_lstm_cell", "test_lstm_cell_hidden", *FORWARD_ITEMS), "calls aten::lstm_cell"),
+    # The notebook's baseline, handed the work: a whole LSTM that the answers may not call.
+    "delegates_to_naive": ("lstm_forward", LSTM_SIGNATURE.format(name="lstm_forward") + "    return lstm_forward_naive(x, h0, c0, w_ih, w_hh, b_ih, b_hh)\n",
+                           FORWARD_ITEMS, "`lstm_forward_naive` is not defined in this cell or the setup cells, or is not allowed here"),
+    # Right on the visible shapes only: squeeze(0) drops the time axis of a one-step sequence (a hidden test).
+    "squeezed_single_step": ("lstm_forward", lambda given: given.replace("return torch.stack(outputs), (", "return torch.stack(outputs).squeeze(0), ("),
+                             "test_lstm_forward", "expected shape (1, 4, 5), got (4, 5)"),
+    # The state detached every step (truncated backpropagation by accident): the values are right, the gradients not.
+    "detached_state": ("lstm_forward",
+                       lambda given: given.replace("        outputs.append(h)\n", "        outputs.append(h)\n        h, c = h.detach(), c.detach()\n"),
+                       "test_lstm_forward_gradients", "the gradient with respect to"),
+    # The per-gate baseline written out as the "fast" one: right, and no faster (within 16× of the library: it keeps that point).
+    "per_gate_as_fast": ("lstm_forward_fast", LSTM_SIGNATURE.format(name="lstm_forward_fast") + (
+        "    hidden = h0.shape[-1]\n    w_i, w_h, b_i, b_h = w_ih.split(hidden), w_hh.split(hidden), b_ih.split(hidden), b_hh.split(hidden)\n"
+        "    h, c = h0[0], c0[0]\n    outputs = []\n    for x_t in x:\n"
+        "        pre = [x_t @ w_i[k].T + b_i[k] + h @ w_h[k].T + b_h[k] for k in range(4)]\n"
+        "        c = torch.sigmoid(pre[1]) * c + torch.sigmoid(pre[0]) * torch.tanh(pre[2])\n        h = torch.sigmoid(pre[3]) * torch.tanh(c)\n"
+        "        outputs.append(h)\n    return torch.stack(outputs), (h.unsqueeze(0), c.unsqueeze(0))\n"),
+        "test_lstm_fast_speed", "need 1.3×"),
+    # One sequence of the batch at a time: right, eight times the ops, and far from the library's speed too.
+    "loops_over_batch": ("lstm_forward_fast", LSTM_SIGNATURE.format(name="lstm_forward_fast") + (
+        "    rows = [lstm_forward(x[:, n:n + 1], h0[:, n:n + 1], c0[:, n:n + 1], w_ih, w_hh, b_ih, b_hh) for n in range(x.shape[1])]\n"
+        "    output = torch.cat([row[0] for row in rows], dim=1)\n"
+        "    return output, (torch.cat([row[1][0] for row in rows], dim=1), torch.cat([row[1][1] for row in rows], dim=1))\n"),
+        ("test_lstm_fast_speed", "test_lstm_fast_vs_library"), "need"),
+    # A later line rebinds the graded name to the library: the grader takes the last definition, which the gate refuses.
+    "rebound_to_the_library": ("lstm_forward_fast", lambda given: given + "\n\nlstm_forward_fast = lambda *args: torch_lstm(*args)\n",
+                               FAST_LSTM_ITEMS, "cannot be counted by the grader"),
+    # Correct: a cell per gate's two products (no speed item there), and a bidirectional LSTM built on lstm_forward.
+    "cell_per_gate": ("lstm_cell", (
+        "def lstm_cell(x, h, c, w_ih, w_hh, b_ih, b_hh):\n    n = h.shape[1]\n"
+        "    rows = [slice(k * n, (k + 1) * n) for k in range(4)]\n"
+        "    i, f, g, o = (x @ w_ih[r].T + b_ih[r] + h @ w_hh[r].T + b_hh[r] for r in rows)\n"
+        "    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)\n    return torch.sigmoid(o) * torch.tanh(c), c\n"),
+        ("test_lstm_cell", "test_lstm_cell_hidden", *FORWARD_ITEMS), None),
+    "bilstm_on_lstm_forward": ("bilstm_forward", lambda given: given.replace("lstm_forward_fast(", "lstm_forward("), "test_bilstm_forward", None),
+}
+STEP_ITEMS = ("test_train_step", "test_train_step_no_syncs")
+VARIANTS_10 = {
+    # The seed's Sigmoid then BCE: right for moderate logits; far out the sigmoid rounds to 0 or 1 and BCE clamps its log at -100.
+    "sigmoid_then_bce": ("gan_losses", (
+        "def gan_losses(d_real_logits, d_fake_logits):\n    real, fake = torch.sigmoid(d_real_logits), torch.sigmoid(d_fake_logits)\n"
+        "    d_loss = F.binary_cross_entropy(real, torch.ones_like(real)) + F.binary_cross_entropy(fake, torch.zeros_like(fake))\n"
+        "    return d_loss, F.binary_cross_entropy(fake, torch.ones_like(fake))\n"
+    ), "test_gan_losses_large_logits", "d_loss"),
+    # .item() hidden one call away, in a helper of the same cell, the values put back into tensors: the grader's counter sees the reads.
+    "item_behind_a_helper": ("train_step", lambda given: given.replace(
+        "    return d_loss.detach(), g_loss.detach()",
+        "    return torch.tensor(host(d_loss), dtype=d_loss.dtype), torch.tensor(host(g_loss), dtype=g_loss.dtype)",
+    ) + "\n\ndef host(value):\n    return value.item()\n", "test_train_step_no_syncs", "item() at"),
+    # The loss's bytes read from its storage: no .item(), still a copy to the host.
+    "reads_the_storage": ("train_step", lambda given: given.replace("    opt_d.step()\n", "    opt_d.step()\n    first_byte = d_loss.untyped_storage()[0]\n"),
+                          "test_train_step_no_syncs", "untyped_storage()"),
+    # Reads only in float32, as training runs (the float64 step that checks the parameters sees none): the float32 count catches it.
+    "reads_only_in_float32": ("train_step", lambda given: given.replace(
+        "    opt_d.step()\n", "    opt_d.step()\n    if real.dtype == torch.float32:\n        d_loss = d_loss * (1 + 0 * d_loss.item())\n"),
+        "test_train_step_no_syncs", "in float32"),
+    # A Python `if` on a loss (skip nothing, but ask): a read each step.
+    "if_on_the_loss": ("train_step", lambda given: given.replace("    opt_d.step()\n", "    opt_d.step()\n    if d_loss > 100:\n        d_loss = d_loss * 1\n"),
+                       "test_train_step_no_syncs", "bool()"),
+    # Logging each step by printing it.
+    "prints_the_losses": ("train_step", lambda given: given.replace("    opt_g.step()\n", "    opt_g.step()\n    print(d_loss, g_loss)\n"),
+                          "test_train_step_no_syncs", "print()"),
+    # The losses returned as floats, as the seed does.
+    "returns_floats": ("train_step", lambda given: given.replace("    return d_loss.detach(), g_loss.detach()", "    return d_loss.item(), g_loss.item()"),
+                       STEP_ITEMS, "host read"),
+    # The saturating generator loss, log(1 - D(G(z))) minimised: another step.
+    "saturating_generator_loss": ("train_step", lambda given: given.replace(
+        "    _, g_loss = gan_losses(D(real[:1]), D(fake))",
+        "    g_loss = -F.binary_cross_entropy_with_logits(D(fake), torch.zeros(len(fake), 1, dtype=fake.dtype))"),
+        STEP_ITEMS, "g_loss"),
+    # The seed's fresh generator forward for the G step (same z): the same step.
+    "recomputes_the_fake": ("train_step", lambda given: given.replace("D(fake))  # D updated", "D(G(z)))  # D updated"), STEP_ITEMS, None),
+    # A "generator" that samples the true ring, no training: the grader samples its own ring_generator(), and these weights do not fit one.
+    "samples_the_true_ring": ("train_ring", (
+        "class TrueRing(nn.Module):\n    def forward(self, z):\n        return gan.sample_ring(len(z))\n\n\n"
+        "def train_ring(steps, seed):\n    return TrueRing(), torch.zeros(steps, 2)\n"
+    ), "test_train_ring", "is not a ring_generator()"),
+    # The same, behind a real ring_generator() whose forward is replaced: the grader's copy has only its untrained weights.
+    "replaced_forward": ("train_ring", (
+        "def train_ring(steps, seed):\n    G = ring_generator()\n    G.forward = lambda z: gan.sample_ring(len(z))\n    return G, torch.zeros(steps, 2)\n"
+    ), "test_train_ring", "covers 0 of the 8 modes"),
+    # Too little training, whatever steps asks for: half-formed modes.
+    "trains_a_hundred_steps": ("train_ring", lambda given: given.replace("    for step in range(steps):\n", "    for step in range(min(steps, 100)):\n"),
+                               "test_train_ring", "needed"),
+}
 # Each module's answers: (answer cell, code or an edit of the reference's, the items it feeds, reason).
 # A wrong answer (a reason) must fail exactly those items, each message holding the reason; a correct
 # one (reason None) must pass them all.
 VARIANTS = {"02_architecture": VARIANTS_02, "03_coalescing": VARIANTS_03, "04_divergence": VARIANTS_04, "05_streams": VARIANTS_05,
-            "06_profiling_fusion": VARIANTS_06, "07_ml_compilation": VARIANTS_07, "08_cnn": VARIANTS_08}
+            "06_profiling_fusion": VARIANTS_06, "07_ml_compilation": VARIANTS_07, "08_cnn": VARIANTS_08, "09_lstm": VARIANTS_09,
+            "10_gan": VARIANTS_10}
 # Cheap items of each module: the first that an answer does not feed is graded too, and must pass.
 UNTOUCHED_ITEMS = {"02_architecture": ("test_register_budget", "test_bias_relu"),
                    "03_coalescing": ("test_tile_conflict_degrees", "test_sectors_per_warp"),
@@ -492,7 +597,9 @@ UNTOUCHED_ITEMS = {"02_architecture": ("test_register_budget", "test_bias_relu")
                    "05_streams": ("test_pipeline_makespan", "test_overlap_correct"),
                    "06_profiling_fusion": ("test_batched_matmuls_correct", "test_count_ops"),
                    "07_ml_compilation": ("test_matmul_flops_bytes", "test_matmul_reordered_correct"),
-                   "08_cnn": ("test_maxpool2d_correct", "test_conv2d_correct")}
+                   "08_cnn": ("test_maxpool2d_correct", "test_conv2d_correct"),
+                   "09_lstm": ("test_lstm_cell", "test_bilstm_forward"),
+                   "10_gan": ("test_mode_coverage", "test_gan_losses")}
 
 
 def _grade(assignment, student_nb, tmp_path, only):

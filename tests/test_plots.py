@@ -491,3 +491,72 @@ def test_training_curves_draw_every_epoch_and_name_the_last_accuracy():
     with pytest.raises(ValueError, match="no epochs"):
         plots.training_curves(ax_loss, ax_accuracy, [], label="x")
     plt.close(fig)
+
+
+def test_training_curves_without_accuracy_draw_the_loss_per_step():
+    fig, ax_loss = plt.subplots()
+    plots.training_curves(ax_loss, None, [(10, 3.1, None), (20, 2.2, None)], label="measured here", unit="step")
+    assert list(ax_loss.lines[0].get_ydata()) == [3.1, 2.2] and ax_loss.get_xlabel() == "step" and ax_loss.get_yscale() == "log"
+    assert ax_loss.get_title() == "loss 2.2 after step 20 (measured here)"
+    with pytest.raises(ValueError, match="no steps"):
+        plots.training_curves(ax_loss, None, [], label="x", unit="step")
+    plt.close(fig)
+
+
+def test_unrolled_recurrence_draws_an_input_and_a_state_arrow_per_step():
+    fig, ax = plt.subplots()
+    arrows = plots.unrolled_recurrence(ax, steps=4)
+    assert len(arrows["input"]) == len(arrows["state"]) == 4
+    assert {arrow.get_edgecolor()[:3] for arrow in arrows["input"]} == {matplotlib.colors.to_rgb(plots.PARALLEL_COLOUR)}
+    assert {arrow.get_edgecolor()[:3] for arrow in arrows["state"]} == {matplotlib.colors.to_rgb(plots.SEQUENTIAL_COLOUR)}
+    texts = [text.get_text() for text in ax.texts]
+    assert "$x_{4}$" in texts and "$h_{1}$" in texts
+    with pytest.raises(ValueError, match="at least 2"):
+        plots.unrolled_recurrence(ax, steps=1)
+    plt.close(fig)
+
+
+def test_training_curves_draw_one_curve_per_named_loss():
+    """A GAN's two losses: one line each, named in the legend and in the title."""
+    fig, ax_loss = plt.subplots()
+    history = [(100, {"D": 1.2, "G": 0.9}, None), (200, {"D": 1.3, "G": 0.7}, None)]
+    plots.training_curves(ax_loss, None, history, label="measured here", unit="step")
+    assert [list(line.get_ydata()) for line in ax_loss.lines] == [[1.2, 1.3], [0.9, 0.7]]
+    assert [text.get_text() for text in ax_loss.get_legend().get_texts()] == ["D", "G"]
+    assert ax_loss.get_title() == "loss D 1.3, G 0.7 after step 200 (measured here)"
+    assert ax_loss.get_yscale() == "linear", "a GAN's losses hover in a band: a log axis would label one tick"
+    plt.close(fig)
+
+
+def test_ring_scatter_draws_every_sample_and_a_circle_of_the_radius_per_mode(ax):
+    import torch
+    from matplotlib.patches import Circle
+
+    centers = torch.tensor([[2.0, 0.0], [0.0, 2.0], [-2.0, 0.0]])
+    samples = torch.tensor([[1.9, 0.1], [0.2, 2.1], [5.0, 5.0], [0.0, 0.0]], requires_grad=True)
+    dots = plots.ring_scatter(ax, samples, centers, radius=0.2, title="step 100")
+    np.testing.assert_allclose(dots.get_offsets(), samples.detach().numpy())
+    circles = [patch for patch in ax.patches if isinstance(patch, Circle)]
+    assert [circle.center for circle in circles] == [(2.0, 0.0), (0.0, 2.0), (-2.0, 0.0)]
+    assert {circle.radius for circle in circles} == {0.2}
+    assert ax.get_xlim() == ax.get_ylim() == (-3.0, 3.0), "the frame is 1.5 times the ring's radius, whatever the samples"
+    assert ax.get_aspect() == 1.0 and ax.get_title() == "step 100"
+    with pytest.raises(ValueError, match=r"\(n, 2\) points"):
+        plots.ring_scatter(ax, np.zeros((4, 3)), centers, radius=0.2)
+
+
+def test_image_grid_tiles_the_images_in_rows_with_gaps_between_them(ax):
+    images = np.arange(6 * 4, dtype=float).reshape(6, 4) / 24  # six flat 2 × 2 images
+    tiled = plots.image_grid(ax, images, 2, 3, title="step 0")
+    assert tiled.shape == (2 * 3 - 1, 3 * 3 - 1)
+    np.testing.assert_array_equal(tiled[0:2, 0:2], images[0].reshape(2, 2))
+    np.testing.assert_array_equal(tiled[0:2, 6:8], images[2].reshape(2, 2))
+    np.testing.assert_array_equal(tiled[3:5, 3:5], images[4].reshape(2, 2))
+    assert np.isnan(tiled[2]).all() and np.isnan(tiled[:, 2]).all() and np.isnan(tiled[:, 5]).all()
+    shown = ax.images[0]
+    assert shown.get_clim() == (-1.0, 1.0) and ax.get_title() == "step 0"
+    assert matplotlib.colors.to_hex(shown.get_cmap().get_bad()) == plots.GRID_GAP_COLOUR
+    with pytest.raises(ValueError, match="needs 8 images, got 6"):
+        plots.image_grid(ax, images, 2, 4)
+    with pytest.raises(ValueError, match="must be square"):
+        plots.image_grid(ax, np.zeros((4, 6)), 2, 2)

@@ -43,6 +43,24 @@ def test_plan_takes_tests_from_the_source_and_answers_from_the_student(source):
     assert plan.api_names == ["f"]
 
 
+def test_answers_may_call_the_setup_functions_the_reference_answers_call():
+    """Plan.answer_helpers: 08's pair is a helper its conv2d_im2col uses; 09's lstm_forward_naive, a whole LSTM
+    that no reference answer calls, is not, so the gate keeps a gated answer from handing it the work."""
+    source = new_notebook(cells=[
+        _cell("def pair(v):\n    return (v, v)\n\ndef naive(x):\n    return x", "setup", locked=True),
+        _cell("def f(x, s):\n    return pair(s), g(x)", "answer", solution=True),
+        _cell("def g(x):\n    return x", "other", solution=True),
+    ])
+    assert skeleton.make_plan(source, source).answer_helpers == ["pair"]
+
+
+def test_free_names_are_what_a_cell_reads_and_never_binds():
+    cell = ("import torch\n\ndef forward(x, h):\n    out = []\n    for x_t in x:\n        h = lstm_cell(x_t, h)\n"
+            "        out.append(h)\n    return torch.stack([y for y in out]), LIMIT\n")
+    assert skeleton.free_names(cell) == ["lstm_cell", "LIMIT"]
+    assert skeleton.free_names("def broken(:") == []
+
+
 def test_split_answer_cells_are_kept_in_order_and_missing_answers_noted(source):
     student = new_notebook(cells=[_cell("def g():\n    pass", "answer", "a1", solution=True), _cell("f = g", "answer", "a2", solution=True)])
     assert skeleton.make_plan(source, student).student_cells[1:] == ["def g():\n    pass", "f = g"]

@@ -86,6 +86,8 @@ TIMED_SIZES = {
     "test_batched_matmuls_speed": ("matmul_inputs(512, 16, 16, 16)",),
     "test_triton_matmul_speed": ("half_inputs(4096)",),
     "test_fast_train_step_speed": ("step_batch(2048)",),
+    "test_lstm_fast_gpu_speed": ("lstm_inputs(64, 64, 256, 256, device=DEVICE)",),
+    "test_fast_train_loop_gpu_speed": ("loop_batch(8192, seed=1)",),
 }
 MODEL_SIZES = {
     "test_pairwise_speed": dict(n=200, m=150, d=4),
@@ -98,6 +100,8 @@ MODEL_SIZES = {
     "test_batched_matmuls_speed": dict(batch=512, side=16),
     "test_triton_matmul_speed": dict(n=4096),
     "test_fast_train_step_speed": dict(batch=2048, steps=10),
+    "test_lstm_fast_gpu_speed": dict(steps=64, batch=64, inputs=256, hidden=256),
+    "test_fast_train_loop_gpu_speed": dict(batch=8192, steps=10),
 }
 
 

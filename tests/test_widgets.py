@@ -183,3 +183,48 @@ def test_training_monitor_advances_its_bar_and_redraws_its_figure(monkeypatch):
     assert [type(item).__name__ for item in shown] == ["VBox", "Image", "Image"] and shown[-1].format == "png"
     with pytest.raises(ValueError, match="at least 1"):
         widgets.TrainingMonitor(0, label="x")
+
+
+def test_training_monitor_counts_steps_and_shows_the_latest_sample(monkeypatch):
+    """Module 09's language model: steps, the loss alone, and the text it writes (escaped, as a student's text may hold <)."""
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    monitor = widgets.TrainingMonitor(100, label="measured here", unit="step")
+    assert monitor.bar.description == "step 0/100"
+    monitor.update(50, 2.5, sample="def f(x) <- first")
+    assert (monitor.bar.value, monitor.bar.description) == (50, "step 50/100")
+    assert monitor.history == [(50, 2.5, None)]
+    assert "def f(x) &lt;- first" in monitor.sample.value
+    monitor.update(100, 1.7)
+    assert "first" in monitor.sample.value, "a step without a sample keeps the last one"
+    assert [type(item).__name__ for item in shown] == ["VBox", "Image", "Image"]
+
+
+def test_training_monitor_draws_named_losses_and_an_extra_panel(monkeypatch):
+    """Module 10's GAN: two named losses, and the generator's samples in a panel the lecture draws."""
+    import IPython.display
+    import matplotlib.pyplot as plt
+
+    shown, drawn = [], []
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    monkeypatch.setattr(plt, "close", lambda fig: drawn.append(fig))  # keep the figures to look at them
+
+    def samples(ax):
+        ax.set_title("samples")
+
+    monitor = widgets.TrainingMonitor(200, label="measured here", unit="step", extra=samples)
+    monitor.update(100, {"D": 1.2, "G": 0.9})
+    monitor.update(200, {"D": 1.3, "G": 0.7})
+    assert monitor.history == [(100, {"D": 1.2, "G": 0.9}, None), (200, {"D": 1.3, "G": 0.7}, None)]
+    assert [type(item).__name__ for item in shown] == ["VBox", "Image", "Image"]
+    loss_ax, extra_ax = drawn[-1].axes
+    assert [list(line.get_ydata()) for line in loss_ax.lines] == [[1.2, 1.3], [0.9, 0.7]]
+    assert extra_ax.get_title() == "samples"
+    without = widgets.TrainingMonitor(10, label="x", unit="step")
+    without.update(5, 2.0)
+    assert len(drawn[-1].axes) == 1, "without extra= the monitor draws the loss alone, as before"
+    monkeypatch.undo()
+    for fig in drawn:
+        plt.close(fig)

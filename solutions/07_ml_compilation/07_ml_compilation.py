@@ -373,9 +373,10 @@ for shape in [(17, 16, 1), (33, 65, 20), (5, 40, 5)]:
 # %% nbgrader={"grade_id": "test_matmul_tensorized_speed", "grade": true, "points": 1}
 """matmul_tensorized(a, b, mma_16x16) is 1.5x faster than matmul_tensorized_strided on fresh (128, 1024) @ (1024, 1024) float32 inputs."""
 SPEEDUP_NEEDED = {"cpu": 1.5, "cuda": 1.5}  # numba loops run on the CPU on every machine
+# 15 rounds: one call a block (60 ms), and a burst of other load on a shared grader once lifted a copy of the baseline to 1.5x in 9.
 tensorized = check.njit_only(matmul_tensorized)
 result = timing.compare_speed(matmul_tensorized_strided, tensorized, lambda: (*matmul_inputs(128, 1024, 1024), mma_16x16),
-                              check=lambda args, output: check_matmul(*args[:2], output, "a timed matmul_tensorized"), rounds=9)
+                              check=lambda args, output: check_matmul(*args[:2], output, "a timed matmul_tensorized"), rounds=15)
 check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="matmul_tensorized vs matmul_tensorized_strided")
 
 # %% [markdown]
