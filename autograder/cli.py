@@ -2,7 +2,10 @@
 
     autograder release [ASSIGNMENT]            build assignments/ from solutions/, register in the gradebook
     autograder grade ASSIGNMENT SUBMISSIONS    grade a folder or an LMS .zip, in parallel (--jobs N);
-                                               --student NAME and --only ITEM narrow it (repeatable)
+                                               --student NAME and --only ITEM narrow it (repeatable);
+                                               --plan-only writes one task per student for a job array
+    autograder grade-task MANIFEST [--index I] grade one planned task (a Slurm or Kubernetes array task)
+    autograder collect MANIFEST                record every planned task's result in the gradebook
     autograder feedback ASSIGNMENT             HTML feedback per student (visible tests only)
     autograder export [--to grades.csv]        grades for your LMS (empty where nothing was handed in;
                                                `pending` lists items awaiting hand grading or a GPU regrade)
@@ -14,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import build
+from . import build, tasks
 from .grading import GradingStopped
 from .nbgrader_cli import NbgraderError, run_nbgrader
 from .outcomes import Outcome
@@ -41,6 +44,16 @@ def make_parser() -> argparse.ArgumentParser:
     grade.add_argument("--student", action="append", metavar="NAME", help="grade only this student (repeatable)")
     grade.add_argument("--only", action="append", metavar="ITEM",
                        help="grade only this item (a test's grade_id; repeatable); the other items keep the student's earlier grading")
+    grade.add_argument("--plan-only", action="store_true",
+                       help="grade nothing here: write a run folder with one task per student (for a job array), print how to run and collect them")
+
+    task = commands.add_parser("grade-task", help="grade one task of a --plan-only run (one job-array task)")
+    task.add_argument("manifest", type=Path)
+    task.add_argument("--index", type=int, help="the task (default: SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX)")
+
+    collect = commands.add_parser("collect", help="record every task's result of a --plan-only run in the gradebook")
+    collect.add_argument("manifest", type=Path)
+    collect.add_argument("--no-gradebook", action="store_true", help="only print the results; leave gradebook.db alone")
 
     feedback = commands.add_parser("feedback", help="write feedback/<student>/<assignment>/*.html")
     feedback.add_argument("assignment")
@@ -57,7 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "release":
             return _release(course, args.assignment)
         if args.command == "grade":
-            return _grade(course, args)
+            return _plan(course, args) if args.plan_only else _grade(course, args)
+        if args.command == "grade-task":
+            return _run_task(args.manifest, tasks.task_index(args.index))
+        if args.command == "collect":
+            return _report(tasks.collect(args.manifest, gradebook=not args.no_gradebook))
         if args.command == "feedback":
             run_nbgrader("generate_feedback", args.assignment, "--force", root=course, database=course / "gradebook.db")
             print(f"feedback written to {course / 'feedback'}/<student>/{args.assignment}/")
@@ -90,17 +107,43 @@ def _release(course: Path, assignment: str | None) -> int:
     return 0
 
 
-def _grade(course: Path, args) -> int:
-    from .grading import grade_assignment
-
+def _check_grade_arguments(course: Path, args) -> Limits:
     if not (course / "solutions" / args.assignment).is_dir():
         raise FileNotFoundError(f"no assignment {args.assignment!r} in {course / 'solutions'}")
     if not args.submissions.exists():
         raise FileNotFoundError(f"no submissions at {args.submissions}")
-    limits = Limits(item_seconds=args.item_seconds, cell_seconds=args.cell_seconds, memory_bytes=int(args.memory_gb * 1024**3))
-    reports = grade_assignment(args.assignment, args.submissions, course_root=course, jobs=args.jobs, limits=limits,
-                               gradebook=not args.no_gradebook, students=set(args.student) if args.student else None,
-                               only=set(args.only) if args.only else None)
+    return Limits(item_seconds=args.item_seconds, cell_seconds=args.cell_seconds, memory_bytes=int(args.memory_gb * 1024**3))
+
+
+def _grade(course: Path, args) -> int:
+    from .grading import grade_assignment
+
+    limits = _check_grade_arguments(course, args)
+    return _report(grade_assignment(args.assignment, args.submissions, course_root=course, jobs=args.jobs, limits=limits,
+                                    gradebook=not args.no_gradebook, students=set(args.student) if args.student else None,
+                                    only=set(args.only) if args.only else None))
+
+
+def _plan(course: Path, args) -> int:
+    limits = _check_grade_arguments(course, args)
+    manifest = tasks.plan(args.assignment, args.submissions, course, limits=limits, students=set(args.student) if args.student else None,
+                          only=set(args.only) if args.only else None)
+    count = len(tasks.load(manifest)["tasks"])
+    print(f"{count} task(s) planned in {manifest.parent}\n"
+          f"run each, anywhere that sees this folder (a job array's task reads its index from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX):\n"
+          f"  autograder --course {course} grade-task {manifest} --index I    (I = 0 .. {count - 1})\n"
+          f"then record them all, once:\n  autograder --course {course} collect {manifest}")
+    return 0
+
+
+def _run_task(manifest: Path, index: int) -> int:
+    report = tasks.run_task(manifest, index)
+    print(f"task {index}, {report.student}: {report.error or 'graded'}; result in {tasks.result_path(manifest, index)}")
+    return 2 if report.grader_error else 0
+
+
+def _report(reports) -> int:
+    """The summary table; exit status 2 (and each worker's log) where the grader failed a student."""
     print()
     print(summary_table(reports))
     failed = sorted(student for student, report in reports.items() if report.grader_error)

@@ -159,33 +159,49 @@ def grade_assignment(
     system's temporary folder (tests tell their own runs' workers apart by it).
     """
     course_root = Path(course_root).resolve()
+    with tempfile.TemporaryDirectory(prefix=f"grade-{assignment}-", dir=scratch_parent) as scratch_name:
+        scratch = Path(scratch_name)
+        found, tasks = prepare_tasks(assignment, submissions, course_root, scratch, limits=limits, students=students, only=only)
+        reports = _run_pool({submission.student: task for submission, task in zip(found, tasks)}, jobs, progress)
+        finish(assignment, course_root, found, reports, only=only, gradebook=gradebook)
+    return reports
+
+
+def prepare_tasks(assignment: str, submissions: Path, course_root: Path, scratch: Path, *, limits: sandbox.Limits,
+                  students: set[str] | None = None, only: set[str] | None = None) -> tuple[list[Submission], list[tuple]]:
+    """Find the submissions (unpacking a zip into ``scratch``) and make one task per student: the arguments of
+    :func:`grade_submission`, which grades it in ``scratch/work/<student>`` wherever the task runs."""
     source_path = course_root / "solutions" / assignment / f"{assignment}.ipynb"
-    release_path = course_root / "assignments" / assignment / f"{assignment}.ipynb"
     if only:
         known = {item.grade_id for item in skeleton.make_plan(*[nbformat.read(source_path, as_version=4)] * 2).items}
         if only - known:
             raise ValueError(f"no graded item {', '.join(sorted(only - known))} in {assignment} (items: {', '.join(sorted(known))})")
-    with tempfile.TemporaryDirectory(prefix=f"grade-{assignment}-", dir=scratch_parent) as scratch_name:
-        scratch = Path(scratch_name)
-        found = find_submissions(Path(submissions), assignment, scratch)
-        if students is not None:
-            missing = students - {s.student for s in found}
-            if missing:
-                raise ValueError(f"no submission from {', '.join(sorted(missing))} in {submissions}")
-            found = [s for s in found if s.student in students]
-        private = [root / name for root in dict.fromkeys([course_root, build.REPO_ROOT])
-                   for name in ("solutions", "gradebook.db", "submitted", "autograded", "feedback", ".git")]
-        # Last, the shared scratch folders (the worker keeps only its own folder in there).
-        private += [Path(submissions).resolve(), scratch, Path("/dev/shm"), Path("/run/lock"), Path("/var/tmp"), Path(tempfile.gettempdir())]
-        tasks = {s.student: (s, str(source_path), str(scratch / "work" / s.student), limits, [str(p) for p in private], only) for s in found}
-        reports = _run_pool(tasks, jobs, progress)
-        if only:
-            for report in reports.values():
-                _merge_earlier_grading(course_root, assignment, report, only)
-        if gradebook:
-            recorded = [s for s in found if not reports[s.student].grader_error]
-            record_in_gradebook(course_root, assignment, recorded, reports, scratch, release_path)
-    return reports
+    found = find_submissions(Path(submissions), assignment, scratch)
+    if students is not None:
+        missing = students - {s.student for s in found}
+        if missing:
+            raise ValueError(f"no submission from {', '.join(sorted(missing))} in {submissions}")
+        found = [s for s in found if s.student in students]
+    private = [root / name for root in dict.fromkeys([course_root, build.REPO_ROOT])
+               for name in ("solutions", "gradebook.db", "submitted", "autograded", "feedback", ".git")]
+    # Last, the shared scratch folders (the worker keeps only its own folder in there).
+    private += [Path(submissions).resolve(), scratch, Path("/dev/shm"), Path("/run/lock"), Path("/var/tmp"), Path(tempfile.gettempdir())]
+    tasks = [(s, str(source_path), str(scratch / "work" / s.student), limits, [str(p) for p in private], only) for s in found]
+    return found, tasks
+
+
+def finish(assignment: str, course_root: Path, found: list[Submission], reports: dict[str, StudentReport], *,
+           only: set[str] | None = None, gradebook: bool = True) -> None:
+    """After every task: complete ``--only`` regrades from the earlier grading, then record in the gradebook
+    (from this one process) everyone the grader did not fail on."""
+    if only:
+        for report in reports.values():
+            _merge_earlier_grading(course_root, assignment, report, only)
+    if gradebook:
+        recorded = [s for s in found if not reports[s.student].grader_error]
+        release_path = course_root / "assignments" / assignment / f"{assignment}.ipynb"
+        with tempfile.TemporaryDirectory(prefix=f"record-{assignment}-") as record_scratch:
+            record_in_gradebook(course_root, assignment, recorded, reports, Path(record_scratch), release_path)
 
 
 def _run_pool(tasks: dict, jobs: int, progress) -> dict[str, StudentReport]:

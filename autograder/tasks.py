@@ -1,0 +1,142 @@
+"""Grading as an array of independent tasks: plan once, grade each task anywhere, collect once.
+
+``autograder grade`` runs every task in a local pool. A cluster runs the same tasks as a job array:
+
+1. **Plan** (``autograder grade ... --plan-only``): a run folder in the course (``grading-runs/<assignment>-<time>/``,
+   so every node that sees the course sees it) holding the unpacked submissions, the workers' folders and
+   ``manifest.json``: one task per student, the arguments of :func:`autograder.grading.grade_submission`.
+2. **Tasks** (``autograder grade-task MANIFEST``): each grades one student exactly as a pool process does and
+   writes ``results/<index>.json``. The index comes from ``--index``, or from the engine running the array:
+   Slurm's ``SLURM_ARRAY_TASK_ID`` or a Kubernetes Indexed Job's ``JOB_COMPLETION_INDEX``.
+3. **Collect** (``autograder collect MANIFEST``): the one writer. It reads every result, records them in the
+   gradebook, verifies it and prints the summary table. A task that wrote no result (it died, or was never
+   run) is a grader error for its student only: nothing is recorded for them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+from . import harness, sandbox
+from .grading import StudentReport, Submission, finish, grade_submission, prepare_tasks
+
+MANIFEST = "manifest.json"
+RESULTS = "results"
+RUNS = "grading-runs"  # in the course root
+INDEX_ENVS = ("SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX")  # Slurm job arrays, Kubernetes Indexed Jobs
+TASK_FAILED = "the grading task failed"
+NO_RESULT = "the grading task wrote no result"
+
+
+def plan(assignment: str, submissions: Path, course_root: Path, *, limits: sandbox.Limits = sandbox.Limits(),
+         students: set[str] | None = None, only: set[str] | None = None) -> Path:
+    """Write a run folder for ``assignment``'s submissions; return its manifest's path."""
+    course_root = Path(course_root).resolve()
+    run = course_root / RUNS / f"{assignment}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run.mkdir(parents=True, exist_ok=False)
+    found, tasks = prepare_tasks(assignment, submissions, course_root, run, limits=limits, students=students, only=only)
+    manifest = {"assignment": assignment, "course_root": str(course_root), "only": sorted(only) if only else None,
+                "tasks": [_task_to_json(task) for task in tasks]}
+    (run / RESULTS).mkdir()
+    path = run / MANIFEST
+    path.write_text(json.dumps(manifest, indent=1))
+    return path
+
+
+def task_index(index: int | None, environ=os.environ) -> int:
+    """The task to run: ``index`` if given, else the array engine's own variable."""
+    if index is not None:
+        return index
+    for name in INDEX_ENVS:
+        if environ.get(name, "").isdigit():
+            return int(environ[name])
+    raise ValueError(f"no task index: pass --index, or run inside a job array (which sets one of {', '.join(INDEX_ENVS)})")
+
+
+def run_task(manifest_path: Path, index: int) -> StudentReport:
+    """Grade task ``index`` of the manifest and write its result (a grader error if grading itself raised)."""
+    manifest = load(manifest_path)
+    if not 0 <= index < len(manifest["tasks"]):
+        raise ValueError(f"task index {index} out of range: the manifest has tasks 0 to {len(manifest['tasks']) - 1}")
+    task = _task_from_json(manifest["tasks"][index])
+    try:
+        report = grade_submission(*task)
+    except Exception:  # noqa: BLE001 - the grader's failure, recorded as such for this student only
+        report = StudentReport(task[0].student, None, error=f"grader error: {TASK_FAILED}", notes=task[0].notes,
+                               grader_error=TASK_FAILED, log=traceback.format_exc())
+    _write_atomically(result_path(manifest_path, index), json.dumps(report_to_json(report)))
+    return report
+
+
+def collect(manifest_path: Path, *, gradebook: bool = True) -> dict[str, StudentReport]:
+    """Every task's report (a grader error where a task wrote none), recorded in the gradebook from this process."""
+    manifest = load(manifest_path)
+    tasks = [_task_from_json(task) for task in manifest["tasks"]]
+    reports = {}
+    for index, task in enumerate(tasks):
+        student = task[0].student
+        try:
+            reports[student] = report_from_json(json.loads(result_path(manifest_path, index).read_text()))
+        except (OSError, ValueError):
+            reports[student] = StudentReport(student, None, error=f"grader error: {NO_RESULT} (task {index})",
+                                             notes=task[0].notes, grader_error=NO_RESULT)
+    only = set(manifest["only"]) if manifest["only"] else None
+    finish(manifest["assignment"], Path(manifest["course_root"]), [task[0] for task in tasks], reports, only=only, gradebook=gradebook)
+    return dict(sorted(reports.items()))
+
+
+def load(manifest_path: Path) -> dict:
+    try:
+        return json.loads(Path(manifest_path).read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot read the grading manifest {manifest_path}: {error}") from error
+
+
+def result_path(manifest_path: Path, index: int) -> Path:
+    return Path(manifest_path).parent / RESULTS / f"{index}.json"
+
+
+def missing_results(manifest_path: Path) -> list[int]:
+    """The tasks that have not written a result (yet)."""
+    count = len(load(manifest_path)["tasks"])
+    return [index for index in range(count) if not result_path(manifest_path, index).exists()]
+
+
+def report_to_json(report: StudentReport) -> dict:
+    return {"student": report.student, "result": report.result.to_json() if report.result else None, "error": report.error,
+            "notes": report.notes, "grader_error": report.grader_error, "log": report.log}
+
+
+def report_from_json(data: dict) -> StudentReport:
+    result = data["result"]
+    if result is not None:
+        result = harness.SubmissionResult(**{**result, "items": [harness.ItemResult(**item) for item in result["items"]]})
+    return StudentReport(data["student"], result, error=data["error"], notes=data["notes"], grader_error=data["grader_error"], log=data["log"])
+
+
+def _task_to_json(task: tuple) -> dict:
+    submission, source_path, workdir, limits, private, only = task
+    return {"submission": {"student": submission.student, "notebook": str(submission.notebook) if submission.notebook else None,
+                           "files": [str(file) for file in submission.files], "notes": submission.notes, "error": submission.error},
+            "source_path": source_path, "workdir": workdir, "limits": asdict(limits), "private": private,
+            "only": sorted(only) if only else None}
+
+
+def _task_from_json(data: dict) -> tuple:
+    given = data["submission"]
+    submission = Submission(given["student"], Path(given["notebook"]) if given["notebook"] else None,
+                            [Path(file) for file in given["files"]], given["notes"], given["error"])
+    return (submission, data["source_path"], data["workdir"], sandbox.Limits(**data["limits"]), data["private"],
+            set(data["only"]) if data["only"] else None)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """A collector never reads half a result: write beside it, then rename."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(text)
+    os.replace(partial, path)

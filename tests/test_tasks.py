@@ -1,0 +1,91 @@
+"""Grading as an array of tasks (autograder.tasks): plan, one `grade-task` process per student, collect.
+
+The end-to-end test runs each task as its own process, as a job array's tasks are (`--index`, or the
+engine's variable), and compares with the local pool's grading of the same notebooks (``course_grading``).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from autograder import cli, tasks
+from autograder.grading import StudentReport
+from autograder.harness import ItemResult, SubmissionResult
+from autograder.nbgrader_cli import open_gradebook
+from autograder.outcomes import Outcome
+from course_helpers import REPO_ROOT, make_course, make_submissions
+
+ASSIGNMENT = "01_gpu_basics"
+
+
+def test_a_report_survives_its_json_form():
+    result = SubmissionResult([ItemResult("test_a", 2.0, Outcome.PASSED, 2.0, "ok", "out", 1.5)], "cpu (x86_64)", "cpu", "full",
+                              notes=["a note"], seconds=3.0, kernels=[{"arch": "sm_80"}])
+    for report in (StudentReport("ann", result, notes=["renamed"]), StudentReport("bo", None, error="grader error: x", grader_error="x", log="log")):
+        again = tasks.report_from_json(json.loads(json.dumps(tasks.report_to_json(report))))
+        assert again == report
+    assert again.result is None and again.grader_error == "x"
+
+
+def test_the_task_index_comes_from_the_option_or_the_array_engine():
+    assert tasks.task_index(3, environ={"SLURM_ARRAY_TASK_ID": "1"}) == 3
+    assert tasks.task_index(None, environ={"SLURM_ARRAY_TASK_ID": "1"}) == 1
+    assert tasks.task_index(None, environ={"JOB_COMPLETION_INDEX": "4"}) == 4
+    with pytest.raises(ValueError, match="SLURM_ARRAY_TASK_ID"):
+        tasks.task_index(None, environ={})
+
+
+def test_a_bad_manifest_or_index_is_a_clear_error(tmp_path, capsys):
+    assert cli.main(["grade-task", str(tmp_path / "nowhere.json"), "--index", "0"]) == 1
+    assert "cannot read the grading manifest" in capsys.readouterr().err
+    manifest = tmp_path / tasks.MANIFEST
+    manifest.write_text(json.dumps({"assignment": ASSIGNMENT, "course_root": str(tmp_path), "only": None, "tasks": []}))
+    assert cli.main(["grade-task", str(manifest), "--index", "0"]) == 1
+    assert "out of range" in capsys.readouterr().err
+
+
+def _grade_task(manifest, index: int, **environ) -> subprocess.CompletedProcess:
+    """One array task: a process of its own, its index given as the engine gives it."""
+    command = [sys.executable, "-m", "autograder.cli", "grade-task", str(manifest)] + ([] if environ else ["--index", str(index)])
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT, env={**os.environ, **environ})
+
+
+@pytest.mark.slow
+def test_tasks_in_their_own_processes_grade_as_the_local_pool_does(tmp_path, course_grading, capsys):
+    """alice (the reference) and bob (the untouched release) as two array tasks, carol's unreadable notebook as a
+    third; dave's task never runs (a task that died): a grader error for dave alone, nothing recorded for him."""
+    local = course_grading(ASSIGNMENT)
+    course = make_course(tmp_path / "course", ASSIGNMENT)
+    submissions = make_submissions(tmp_path / "submissions", {"alice": "solutions", "bob": "assignments", "dave": "assignments"}, ASSIGNMENT)
+    (submissions / "carol").mkdir()
+    (submissions / "carol" / f"{ASSIGNMENT}.ipynb").write_text("{ not json")
+
+    assert cli.main(["--course", str(course), "grade", ASSIGNMENT, str(submissions), "--plan-only"]) == 0
+    printed = capsys.readouterr().out
+    [manifest] = course.glob(f"{tasks.RUNS}/{ASSIGNMENT}-*/{tasks.MANIFEST}")
+    assert f"grade-task {manifest} --index I" in printed and f"collect {manifest}" in printed
+    students = [task["submission"]["student"] for task in tasks.load(manifest)["tasks"]]
+    assert students == ["alice", "bob", "carol", "dave"]
+
+    runs = [_grade_task(manifest, 0), _grade_task(manifest, 1, SLURM_ARRAY_TASK_ID="1"), _grade_task(manifest, 2, JOB_COMPLETION_INDEX="2")]
+    assert [run.returncode for run in runs] == [0, 0, 0], [run.stderr[-2000:] for run in runs]
+    assert "task 2, carol: unreadable notebook" in runs[2].stdout
+    assert tasks.missing_results(manifest) == [3]
+
+    assert cli.main(["--course", str(course), "collect", str(manifest)]) == 2  # dave: a grader error
+    collected = capsys.readouterr()
+    assert "dave" in collected.err and tasks.NO_RESULT in collected.out
+    for student in ("alice", "bob"):
+        graded = json.loads((course / "autograded" / student / ASSIGNMENT / "grading.json").read_text())["items"]
+        expected = local.verdicts(student)["items"]
+        assert {k: (v["outcome"], v["score"]) for k, v in graded.items()} == {k: (v["outcome"], v["score"]) for k, v in expected.items()}
+    with open_gradebook(course) as gradebook, open_gradebook(local.course) as local_gradebook:
+        def scores(book, student):
+            return {grade.name: grade.score for grade in book.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, student).grades}
+        assert scores(gradebook, "alice") == scores(local_gradebook, "alice")
+        assert scores(gradebook, "bob") == scores(local_gradebook, "bob")
+        assert sum(scores(gradebook, "carol").values()) == 0
+        assert "dave" not in {student.id for student in gradebook.students}, "a task that wrote no result records nothing"
