@@ -17,11 +17,36 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import build, tasks
+from . import build, slurm, tasks
 from .grading import GradingStopped
 from .nbgrader_cli import NbgraderError, run_nbgrader
 from .outcomes import Outcome
 from .sandbox import Limits
+
+
+def _add_grading_options(parser: argparse.ArgumentParser) -> None:
+    """What grade and regrade-gpu share: the submissions, limits, narrowing and where the tasks run."""
+    parser.add_argument("assignment")
+    parser.add_argument("submissions", type=Path, help="folder (one sub-folder or notebook per student) or .zip")
+    parser.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
+    parser.add_argument("--item-seconds", type=float, default=Limits.item_seconds, help="time limit per graded item")
+    parser.add_argument("--cell-seconds", type=float, default=Limits.cell_seconds, help="time limit per student cell")
+    parser.add_argument("--memory-gb", type=float, default=Limits.memory_bytes / 1024**3, help="address-space limit per student, in GiB (2**30 bytes)")
+    parser.add_argument("--no-gradebook", action="store_true", help="only print the results; leave gradebook.db alone")
+    parser.add_argument("--student", action="append", metavar="NAME", help="grade only this student (repeatable)")
+    parser.add_argument("--only", action="append", metavar="ITEM",
+                       help="grade only this item (a test's grade_id; repeatable); the other items keep the student's earlier grading")
+    parser.add_argument("--plan-only", action="store_true",
+                       help="grade nothing here: write a run folder with one task per student (for a job array), print how to run and collect them")
+    parser.add_argument("--backend", choices=("local", "slurm"), default="local",
+                       help="local: a pool of --jobs processes here (default); slurm: a Slurm job array, one task per student")
+    slurm = parser.add_argument_group("--backend slurm")
+    slurm.add_argument("--partition", help="the partition to submit to (default: the cluster's default)")
+    slurm.add_argument("--max-running", type=int, help="tasks running at once (the array's %%N)")
+    slurm.add_argument("--time", dest="time_limit", help="each task's time limit, as sbatch takes it (e.g. 00:30:00)")
+    slurm.add_argument("--gpus", type=int, default=0, help="GPUs per task (--gres=gpu:N): 1 for a GPU regrade with --only")
+    parser.add_argument("--per-task", type=int, default=1, help="with --plan-only or --backend slurm: students per task (default 1)")
+    slurm.add_argument("--dry-run", action="store_true", help="write the run folder and print the batch script; submit nothing")
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -34,18 +59,9 @@ def make_parser() -> argparse.ArgumentParser:
     release.add_argument("assignment", nargs="?", help="one assignment (default: all)")
 
     grade = commands.add_parser("grade", help="grade every submission of an assignment")
-    grade.add_argument("assignment")
-    grade.add_argument("submissions", type=Path, help="folder (one sub-folder or notebook per student) or .zip")
-    grade.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
-    grade.add_argument("--item-seconds", type=float, default=Limits.item_seconds, help="time limit per graded item")
-    grade.add_argument("--cell-seconds", type=float, default=Limits.cell_seconds, help="time limit per student cell")
-    grade.add_argument("--memory-gb", type=float, default=Limits.memory_bytes / 1024**3, help="address-space limit per student, in GiB (2**30 bytes)")
-    grade.add_argument("--no-gradebook", action="store_true", help="only print the results; leave gradebook.db alone")
-    grade.add_argument("--student", action="append", metavar="NAME", help="grade only this student (repeatable)")
-    grade.add_argument("--only", action="append", metavar="ITEM",
-                       help="grade only this item (a test's grade_id; repeatable); the other items keep the student's earlier grading")
-    grade.add_argument("--plan-only", action="store_true",
-                       help="grade nothing here: write a run folder with one task per student (for a job array), print how to run and collect them")
+    _add_grading_options(grade)
+    regrade = commands.add_parser("regrade-gpu", help="regrade, on a GPU, the items a CPU grader left 'needs a GPU regrade'")
+    _add_grading_options(regrade)
 
     task = commands.add_parser("grade-task", help="grade one task of a --plan-only run (one job-array task)")
     task.add_argument("manifest", type=Path)
@@ -69,8 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "release":
             return _release(course, args.assignment)
-        if args.command == "grade":
-            return _plan(course, args) if args.plan_only else _grade(course, args)
+        if args.command == "regrade-gpu":
+            args = _pending_gpu_regrades(course, args)
+            if args is None:
+                return 0
+        if args.command in ("grade", "regrade-gpu"):
+            if args.plan_only or args.backend == "slurm":
+                return _plan(course, args)
+            return _grade(course, args)
         if args.command == "grade-task":
             return _run_task(args.manifest, tasks.task_index(args.index))
         if args.command == "collect":
@@ -80,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"feedback written to {course / 'feedback'}/<student>/{args.assignment}/")
             return 0
         return _export(course, Path(args.to))
-    except (NbgraderError, build.BuildError, FileNotFoundError, ValueError) as error:
+    except (NbgraderError, build.BuildError, FileNotFoundError, ValueError, slurm.SlurmError) as error:
         print(f"autograder {args.command}: {error}", file=sys.stderr)
         return 1
     except GradingStopped as error:
@@ -125,21 +147,46 @@ def _grade(course: Path, args) -> int:
 
 
 def _plan(course: Path, args) -> int:
+    """--plan-only: the run folder and how to run it; --backend slurm: that run as a job array, collected."""
     limits = _check_grade_arguments(course, args)
     manifest = tasks.plan(args.assignment, args.submissions, course, limits=limits, students=set(args.student) if args.student else None,
-                          only=set(args.only) if args.only else None)
-    count = len(tasks.load(manifest)["tasks"])
+                          only=set(args.only) if args.only else None, per_task=args.per_task)
+    count = tasks.task_count(tasks.load(manifest))
+    collect = f"autograder --course {course} collect {manifest}"
+    if args.backend == "slurm" and not args.plan_only:
+        options = slurm.ArrayOptions(partition=args.partition, max_running=args.max_running, time_limit=args.time_limit,
+                                     memory_gb=args.memory_gb, cpus=limits.threads, gpus=args.gpus)
+        if not args.dry_run:
+            return _report(slurm.run(manifest, options, gradebook=not args.no_gradebook))
+        print(slurm.batch_script(manifest, options))
+        print(f"# {count} task(s) planned in {manifest.parent}: submit this script with sbatch, then, when the array has finished:\n#   {collect}")
+        return 0
     print(f"{count} task(s) planned in {manifest.parent}\n"
           f"run each, anywhere that sees this folder (a job array's task reads its index from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX):\n"
           f"  autograder --course {course} grade-task {manifest} --index I    (I = 0 .. {count - 1})\n"
-          f"then record them all, once:\n  autograder --course {course} collect {manifest}")
+          f"then record them all, once:\n  {collect}")
     return 0
 
 
+def _pending_gpu_regrades(course: Path, args):
+    """``args`` narrowed to the students and items that wait for a GPU regrade (one GPU per task); None if none wait."""
+    pending = tasks.pending_gpu_items(course, args.assignment)
+    if args.student:
+        pending = {student: items for student, items in pending.items() if student in args.student}
+    if not pending:
+        print(f"no item of {args.assignment} waits for a GPU regrade")
+        return None
+    args.student, args.only = sorted(pending), sorted(set().union(*pending.values()))
+    args.gpus = max(args.gpus, 1)
+    print(f"regrading {', '.join(args.only)} for {len(pending)} student(s) on a GPU")
+    return args
+
+
 def _run_task(manifest: Path, index: int) -> int:
-    report = tasks.run_task(manifest, index)
-    print(f"task {index}, {report.student}: {report.error or 'graded'}; result in {tasks.result_path(manifest, index)}")
-    return 2 if report.grader_error else 0
+    reports = tasks.run_task(manifest, index)
+    for report in reports:
+        print(f"task {index}, {report.student}: {report.error or 'graded'}")
+    return 2 if any(report.grader_error for report in reports) else 0
 
 
 def _report(reports) -> int:

@@ -4,13 +4,13 @@
 
 1. **Plan** (``autograder grade ... --plan-only``): a run folder in the course (``grading-runs/<assignment>-<time>/``,
    so every node that sees the course sees it) holding the unpacked submissions, the workers' folders and
-   ``manifest.json``: one task per student, the arguments of :func:`autograder.grading.grade_submission`.
-2. **Tasks** (``autograder grade-task MANIFEST``): each grades one student exactly as a pool process does and
-   writes ``results/<index>.json``. The index comes from ``--index``, or from the engine running the array:
-   Slurm's ``SLURM_ARRAY_TASK_ID`` or a Kubernetes Indexed Job's ``JOB_COMPLETION_INDEX``.
+   ``manifest.json``: per student, the arguments of :func:`autograder.grading.grade_submission`.
+2. **Tasks** (``autograder grade-task MANIFEST``): each grades one student (or ``--per-task K`` of them) exactly
+   as a pool process does and writes ``results/<position>.json`` per student. The index comes from ``--index``,
+   or from the engine running the array: Slurm's ``SLURM_ARRAY_TASK_ID`` or a Kubernetes Indexed Job's ``JOB_COMPLETION_INDEX``.
 3. **Collect** (``autograder collect MANIFEST``): the one writer. It reads every result, records them in the
-   gradebook, verifies it and prints the summary table. A task that wrote no result (it died, or was never
-   run) is a grader error for its student only: nothing is recorded for them.
+   gradebook, verifies it and prints the summary table. A student without a result (their task died, or was never
+   run) is a grader error for that student only: nothing is recorded for them.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 
 from . import harness, sandbox
 from .grading import StudentReport, Submission, finish, grade_submission, prepare_tasks
+from .outcomes import Outcome
 
 MANIFEST = "manifest.json"
 RESULTS = "results"
@@ -34,14 +35,19 @@ NO_RESULT = "the grading task wrote no result"
 
 
 def plan(assignment: str, submissions: Path, course_root: Path, *, limits: sandbox.Limits = sandbox.Limits(),
-         students: set[str] | None = None, only: set[str] | None = None) -> Path:
-    """Write a run folder for ``assignment``'s submissions; return its manifest's path."""
+         students: set[str] | None = None, only: set[str] | None = None, per_task: int = 1) -> Path:
+    """Write a run folder for ``assignment``'s submissions; return its manifest's path.
+
+    ``per_task``: students graded one after the other by each task (a shard), which then pays its
+    interpreter's start (torch's imports, a fork server: 3-4 s of CPU) once for all of them."""
+    if per_task < 1:
+        raise ValueError(f"--per-task must be at least 1, got {per_task}")
     course_root = Path(course_root).resolve()
     run = course_root / RUNS / f"{assignment}-{time.strftime('%Y%m%d-%H%M%S')}"
     run.mkdir(parents=True, exist_ok=False)
     found, tasks = prepare_tasks(assignment, submissions, course_root, run, limits=limits, students=students, only=only)
     manifest = {"assignment": assignment, "course_root": str(course_root), "only": sorted(only) if only else None,
-                "tasks": [_task_to_json(task) for task in tasks]}
+                "per_task": per_task, "tasks": [_task_to_json(task) for task in tasks]}
     (run / RESULTS).mkdir()
     path = run / MANIFEST
     path.write_text(json.dumps(manifest, indent=1))
@@ -58,19 +64,34 @@ def task_index(index: int | None, environ=os.environ) -> int:
     raise ValueError(f"no task index: pass --index, or run inside a job array (which sets one of {', '.join(INDEX_ENVS)})")
 
 
-def run_task(manifest_path: Path, index: int) -> StudentReport:
-    """Grade task ``index`` of the manifest and write its result (a grader error if grading itself raised)."""
+def task_count(manifest: dict) -> int:
+    """How many array tasks the manifest's students make (``per_task`` students each)."""
+    return -(-len(manifest["tasks"]) // manifest.get("per_task", 1))
+
+
+def students_of_task(manifest: dict, index: int) -> range:
+    """The students (their positions in the manifest) that array task ``index`` grades."""
+    if not 0 <= index < task_count(manifest):
+        raise ValueError(f"task index {index} out of range: the manifest has tasks 0 to {task_count(manifest) - 1}")
+    per_task = manifest.get("per_task", 1)
+    return range(index * per_task, min((index + 1) * per_task, len(manifest["tasks"])))
+
+
+def run_task(manifest_path: Path, index: int) -> list[StudentReport]:
+    """Grade array task ``index`` of the manifest, writing each student's result as it is done
+    (a grader error where grading itself raised)."""
     manifest = load(manifest_path)
-    if not 0 <= index < len(manifest["tasks"]):
-        raise ValueError(f"task index {index} out of range: the manifest has tasks 0 to {len(manifest['tasks']) - 1}")
-    task = _task_from_json(manifest["tasks"][index])
-    try:
-        report = grade_submission(*task)
-    except Exception:  # noqa: BLE001 - the grader's failure, recorded as such for this student only
-        report = StudentReport(task[0].student, None, error=f"grader error: {TASK_FAILED}", notes=task[0].notes,
-                               grader_error=TASK_FAILED, log=traceback.format_exc())
-    _write_atomically(result_path(manifest_path, index), json.dumps(report_to_json(report)))
-    return report
+    reports = []
+    for position in students_of_task(manifest, index):
+        task = _task_from_json(manifest["tasks"][position])
+        try:
+            report = grade_submission(*task)
+        except Exception:  # noqa: BLE001 - the grader's failure, recorded as such for this student only
+            report = StudentReport(task[0].student, None, error=f"grader error: {TASK_FAILED}", notes=task[0].notes,
+                                   grader_error=TASK_FAILED, log=traceback.format_exc())
+        _write_atomically(result_path(manifest_path, position), json.dumps(report_to_json(report)))
+        reports.append(report)
+    return reports
 
 
 def collect(manifest_path: Path, *, gradebook: bool = True) -> dict[str, StudentReport]:
@@ -78,16 +99,28 @@ def collect(manifest_path: Path, *, gradebook: bool = True) -> dict[str, Student
     manifest = load(manifest_path)
     tasks = [_task_from_json(task) for task in manifest["tasks"]]
     reports = {}
-    for index, task in enumerate(tasks):
+    for position, task in enumerate(tasks):
         student = task[0].student
         try:
-            reports[student] = report_from_json(json.loads(result_path(manifest_path, index).read_text()))
+            reports[student] = report_from_json(json.loads(result_path(manifest_path, position).read_text()))
         except (OSError, ValueError):
+            index = position // manifest.get("per_task", 1)
             reports[student] = StudentReport(student, None, error=f"grader error: {NO_RESULT} (task {index})",
                                              notes=task[0].notes, grader_error=NO_RESULT)
     only = set(manifest["only"]) if manifest["only"] else None
     finish(manifest["assignment"], Path(manifest["course_root"]), [task[0] for task in tasks], reports, only=only, gradebook=gradebook)
     return dict(sorted(reports.items()))
+
+
+def pending_gpu_items(course_root: Path, assignment: str) -> dict[str, set[str]]:
+    """Per student, the items their last grading left waiting for a GPU (``autograded/<student>/<assignment>/grading.json``)."""
+    pending = {}
+    for verdicts in sorted(Path(course_root).glob(f"autograded/*/{assignment}/grading.json")):
+        items = json.loads(verdicts.read_text())["items"]
+        waiting = {grade_id for grade_id, item in items.items() if item["outcome"] == Outcome.NEEDS_GPU}
+        if waiting:
+            pending[verdicts.parents[1].name] = waiting
+    return pending
 
 
 def load(manifest_path: Path) -> dict:
@@ -97,14 +130,21 @@ def load(manifest_path: Path) -> dict:
         raise ValueError(f"cannot read the grading manifest {manifest_path}: {error}") from error
 
 
-def result_path(manifest_path: Path, index: int) -> Path:
-    return Path(manifest_path).parent / RESULTS / f"{index}.json"
+def result_path(manifest_path: Path, position: int) -> Path:
+    """Where the student at ``position`` in the manifest gets their result."""
+    return Path(manifest_path).parent / RESULTS / f"{position}.json"
 
 
 def missing_results(manifest_path: Path) -> list[int]:
-    """The tasks that have not written a result (yet)."""
+    """The students (positions in the manifest) without a result (yet)."""
     count = len(load(manifest_path)["tasks"])
-    return [index for index in range(count) if not result_path(manifest_path, index).exists()]
+    return [position for position in range(count) if not result_path(manifest_path, position).exists()]
+
+
+def unfinished_tasks(manifest_path: Path) -> list[int]:
+    """The array tasks with a student still without a result."""
+    manifest = load(manifest_path)
+    return sorted({position // manifest.get("per_task", 1) for position in missing_results(manifest_path)})
 
 
 def report_to_json(report: StudentReport) -> dict:

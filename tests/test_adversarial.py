@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import hashlib
+import io
 import itertools
 import os
 import re
@@ -836,3 +837,107 @@ class TestLayouts:
             check_items(report, expect(**{grade_id: FAILED for grade_id in ITEMS}))
         recorded = gradebook_scores(run.course, run.reports)
         assert set(recorded) == set(run.reports) and all(set(items) == set(ITEMS) for items in recorded.values()), recorded
+
+
+# --- The same submissions through a real Slurm job array ------------------------------------------
+
+SLURM_STUDENTS = ("correct", "untouched", "malformed", "wrong_sqrt", "slow_loop", "segfault", "exit_in_offload", "patched_clock",
+                  "patched_timing", "patched_checks", "input_transformer", "snooping")
+
+
+def slurm_ready() -> str:
+    """Why this machine cannot run a Slurm job now ("" when it can). In CI that is a failure: .ci/run starts one."""
+    if not shutil.which("sbatch"):
+        return "no Slurm here (sbatch not found): scripts/slurm_local.sh starts a one-node Slurm after apt-get install slurm-wlm munge"
+    done = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0 or not re.search(r"idle|mixed|allocated", done.stdout):
+        return f"Slurm has no node up (sinfo: {(done.stdout + done.stderr).strip()[:200]}): run scripts/slurm_local.sh start"
+    return ""
+
+
+def require_slurm() -> None:
+    """Skip where no Slurm runs, except in CI, which must run these tests (.ci/run starts a one-node Slurm)."""
+    missing = slurm_ready()
+    if missing and os.environ.get("CI"):
+        pytest.fail(f"CI must run the Slurm tests: {missing}")
+    if missing:
+        pytest.skip(missing)
+
+
+@pytest.fixture(scope="module")
+def slurm_run(tmp_path_factory):
+    require_slurm()
+    from autograder import cli
+
+    root = tmp_path_factory.mktemp("slurm")
+    course = make_course(root)
+    students = {name: files for name, files in adv.variants(course, root / "submissions", uuid.uuid4().hex[:12]).items()
+                if name in SLURM_STUDENTS and (NAMESPACES or name != "snooping")}
+    submissions = adv.write_submissions(root / "submissions", students)
+    out = io.StringIO()
+    started = time.monotonic()
+    with contextlib.redirect_stdout(out):
+        returncode = cli.main(["--course", str(course), "grade", ASSIGNMENT, str(submissions), "--backend", "slurm", "--per-task", "3",
+                               "--max-running", "2", "--item-seconds", str(LIMITS.item_seconds), "--cell-seconds", str(LIMITS.cell_seconds),
+                               "--memory-gb", str(LIMITS.memory_bytes / 1024**3)])
+    [manifest] = course.glob("grading-runs/*/manifest.json")
+    from autograder import tasks
+
+    return {"returncode": returncode, "printed": out.getvalue(), "course": course, "students": students, "seconds": time.monotonic() - started,
+            "reports": tasks.collect(manifest, gradebook=False)}
+
+
+class TestSlurm:
+    def test_a_job_array_grades_every_student_as_the_local_pool_does(self, slurm_run):
+        """Each student's verdicts are the ones the local pool's grading is held to (EXPECTED, test_verdicts)."""
+        assert slurm_run["returncode"] == 0, slurm_run["printed"]
+        assert len(slurm_run["students"]) >= 10
+        reports = slurm_run["reports"]
+        assert set(reports) == set(slurm_run["students"])
+        for student, report in reports.items():
+            if student in UNREADABLE:
+                assert report.result is None and "unreadable notebook" in report.error
+            else:
+                check_items(report, EXPECTED[student])
+                assert report.result.isolation == ("namespaces" if NAMESPACES else "reduced")
+
+    def test_progress_lines_and_the_gradebook(self, slurm_run):
+        printed = slurm_run["printed"]
+        count = len(slurm_run["students"])
+        assert re.search(r"submitted job array \d+ \(4 tasks\)", printed), printed
+        assert f"[{count}/{count}]" in printed, printed
+        course = slurm_run["course"]
+        from autograder.nbgrader_cli import open_gradebook
+
+        with open_gradebook(course) as gradebook:
+            for student, report in slurm_run["reports"].items():
+                grades = gradebook.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, student).grades
+                recorded = sum(grade.score or 0 for grade in grades if grade.cell.cell_type == "code")
+                assert recorded == report.score, (student, recorded, report.score)
+
+    def test_a_task_that_ends_without_a_result_is_submitted_once_more(self, tmp_path, monkeypatch, capsys):
+        """The first array's task 0 dies before grading (as a lost node's would); the retry grades it."""
+        require_slurm()
+        from autograder import slurm, tasks
+
+        course = make_course(tmp_path)
+        submissions = adv.write_submissions(tmp_path / "submissions", {name: files for name, files in adv.variants(course, tmp_path / "submissions").items()
+                                                                       if name in ("untouched", "malformed")})
+        manifest = tasks.plan(ASSIGNMENT, submissions, course, limits=LIMITS)
+        scripts = []
+        real_script = slurm.batch_script
+
+        def first_loses_task_0(manifest, options, indices=None):
+            script = real_script(manifest, options, indices)
+            scripts.append(indices)
+            if len(scripts) == 1:  # the first submission only
+                script = script.replace("exec ", '[ "$SLURM_ARRAY_TASK_ID" = 0 ] && exit 1\nexec ', 1)
+            return script
+
+        monkeypatch.setattr(slurm, "batch_script", first_loses_task_0)
+        reports = slurm.run(manifest, slurm.ArrayOptions(memory_gb=2), gradebook=False)
+        assert scripts == [None, [0]], "the whole array, then task 0 alone"
+        assert "tasks 0 ended without every result: submitted once more" in capsys.readouterr().out
+        assert not any(report.grader_error for report in reports.values()), reports
+        assert {student: report.score for student, report in reports.items()} == {"malformed": 0, "untouched": 0}
+        assert reports["untouched"].result is not None

@@ -6,6 +6,7 @@ engine's variable), and compares with the local pool's grading of the same noteb
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -89,3 +90,28 @@ def test_tasks_in_their_own_processes_grade_as_the_local_pool_does(tmp_path, cou
         assert scores(gradebook, "bob") == scores(local_gradebook, "bob")
         assert sum(scores(gradebook, "carol").values()) == 0
         assert "dave" not in {student.id for student in gradebook.students}, "a task that wrote no result records nothing"
+
+
+@pytest.mark.slow
+def test_regrade_gpu_plans_only_the_waiting_items_one_gpu_per_task(tmp_path, course_grading, capsys):
+    """After a CPU grading, regrade-gpu --dry-run writes the array for the items left "needs a GPU regrade" only,
+    each task asking Slurm for a GPU on the partition named (submitting it needs a cluster with GPUs)."""
+    local = course_grading(ASSIGNMENT)
+    course = shutil.copytree(local.course, tmp_path / "course")
+    waiting = {grade_id for grade_id, item in local.verdicts("alice")["items"].items() if item["outcome"] == "needs_gpu"}
+    assert waiting and tasks.pending_gpu_items(course, ASSIGNMENT) == {"alice": waiting, "bob": waiting}
+    assert cli.main(["--course", str(course), "regrade-gpu", ASSIGNMENT, str(local.submissions), "--backend", "slurm",
+                     "--partition", "gpu", "--time", "00:20:00", "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    for line in ("#SBATCH --array=0-1", "#SBATCH --partition=gpu", "#SBATCH --gres=gpu:1", "#SBATCH --time=00:20:00", "grade-task"):
+        assert line in printed, printed
+    [manifest] = course.glob(f"{tasks.RUNS}/{ASSIGNMENT}-*/{tasks.MANIFEST}")
+    planned = tasks.load(manifest)
+    assert set(planned["only"]) == waiting
+    assert [task["submission"]["student"] for task in planned["tasks"]] == ["alice", "bob"]
+
+
+def test_regrade_gpu_with_nothing_waiting_says_so(tmp_path, capsys):
+    course = make_course(tmp_path / "course", ASSIGNMENT, released=False)
+    assert cli.main(["--course", str(course), "regrade-gpu", ASSIGNMENT, str(tmp_path), "--backend", "slurm", "--dry-run"]) == 0
+    assert "no item of 01_gpu_basics waits for a GPU regrade" in capsys.readouterr().out

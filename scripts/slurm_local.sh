@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# A one-node Slurm on this machine, for the tests and for trying the README's "On a Slurm cluster" steps:
+# munged, slurmctld and slurmd on localhost with a generated configuration (Debian's slurm-wlm and munge).
+#   scripts/slurm_local.sh start   configure and start (idempotent); prints the node's state
+#   scripts/slurm_local.sh stop    stop the daemons
+# No cgroups (proctrack/linuxproc, task/none): it runs in containers and CI machines that have none.
+set -euo pipefail
+STATE=${SLURM_LOCAL_DIR:-/var/lib/gpucourse-slurm}
+CONF=/etc/slurm/slurm.conf
+
+start() {
+    command -v slurmctld >/dev/null || { echo "slurm_local: no slurmctld: apt-get install slurm-wlm munge" >&2; exit 1; }
+    mkdir -p "$STATE/ctld" "$STATE/d" /etc/slurm /run/munge
+    local host cpus memory
+    host=$(hostname -s)
+    cpus=$(nproc)
+    memory=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 1024 ))
+    cat > "$CONF" <<CONFIG
+ClusterName=gpucourse
+SlurmctldHost=$host(127.0.0.1)
+SlurmUser=root
+AuthType=auth/munge
+StateSaveLocation=$STATE/ctld
+SlurmdSpoolDir=$STATE/d
+SlurmctldPidFile=$STATE/slurmctld.pid
+SlurmdPidFile=$STATE/slurmd.pid
+SlurmctldLogFile=$STATE/slurmctld.log
+SlurmdLogFile=$STATE/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+ReturnToService=2
+MpiDefault=none
+SchedulerType=sched/backfill
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+CONFIG
+    chown munge:munge /run/munge
+    pgrep -x munged >/dev/null || su -s /bin/sh munge -c "munged"
+    pgrep -x slurmctld >/dev/null || slurmctld
+    pgrep -x slurmd >/dev/null || slurmd
+    for _ in $(seq 60); do
+        if sinfo -h -o "%T" 2>/dev/null | grep -qE "^(idle|mixed|allocated)"; then
+            sinfo
+            return 0
+        fi
+        sleep 1
+    done
+    echo "slurm_local: the node did not come up; logs in $STATE" >&2
+    tail -n 20 "$STATE/slurmctld.log" "$STATE/slurmd.log" >&2 || true
+    exit 1
+}
+
+stop() {
+    pkill -x slurmd || true
+    pkill -x slurmctld || true
+}
+
+"${1:-start}"
