@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 
+import nbformat
 import pytest
 
 from autograder import cli, tasks
@@ -17,7 +18,7 @@ from autograder.grading import StudentReport
 from autograder.harness import ItemResult, SubmissionResult
 from autograder.nbgrader_cli import open_gradebook
 from autograder.outcomes import Outcome
-from course_helpers import REPO_ROOT, make_course, make_submissions
+from course_helpers import REPO_ROOT, make_course, make_submissions, reference_answered
 
 ASSIGNMENT = "01_gpu_basics"
 
@@ -115,3 +116,38 @@ def test_regrade_gpu_with_nothing_waiting_says_so(tmp_path, capsys):
     course = make_course(tmp_path / "course", ASSIGNMENT, released=False)
     assert cli.main(["--course", str(course), "regrade-gpu", ASSIGNMENT, str(tmp_path), "--backend", "slurm", "--dry-run"]) == 0
     assert "no item of 01_gpu_basics waits for a GPU regrade" in capsys.readouterr().out
+
+
+RUN_FOLDER_SNOOP = '''
+import os
+
+def time_call(fn, *args, warmup=1, repeats=5):
+    run = os.path.dirname(os.path.dirname(os.getcwd()))
+    seen = {}
+    for name in ("manifest.json", "results", "work"):
+        try:
+            seen[name] = sorted(os.listdir(f"{run}/{name}")) if name != "manifest.json" else open(f"{run}/{name}").read()[:40]
+        except OSError as error:
+            seen[name] = type(error).__name__
+    raise RuntimeError(f"seen={seen!r}")
+'''
+
+
+@pytest.mark.slow
+def test_a_task_worker_sees_neither_the_manifest_nor_other_students_results(tmp_path):
+    """The run folder lives in the course, not in /tmp: a student's worker still finds there only its own folder
+    (the manifest, the results folder holding another student's verdict and the others' folders do not exist)."""
+    from autograder import sandbox
+
+    if not sandbox.namespaces_available():
+        pytest.skip("without namespaces (not root) the worker sees the file system: isolation reduced")
+    course = make_course(tmp_path / "course", ASSIGNMENT)
+    submissions = tmp_path / "submissions"
+    for student in ("eve", "mallory"):
+        (submissions / student).mkdir(parents=True)
+        nbformat.write(reference_answered(ASSIGNMENT, "time_call", RUN_FOLDER_SNOOP), submissions / student / f"{ASSIGNMENT}.ipynb")
+    manifest = tasks.plan(ASSIGNMENT, submissions, course, only={"test_time_call"})
+    tasks.result_path(manifest, 1).write_text('{"mallory": "already graded"}')
+    [report] = tasks.run_task(manifest, 0)
+    [item] = report.result.items
+    assert item.score == 0 and "seen={'manifest.json': 'FileNotFoundError', 'results': 'FileNotFoundError', 'work': ['eve']}" in item.message, item.message
