@@ -40,13 +40,13 @@ class ArrayOptions:
 def batch_script(manifest: Path, options: ArrayOptions, indices: list[int] | None = None) -> str:
     """The job array's script: one ``autograder grade-task`` per index (all tasks unless ``indices``)."""
     manifest = Path(manifest).resolve()
-    course = tasks.load(manifest)["course_root"]
-    count = tasks.task_count(tasks.load(manifest))
-    array = ",".join(map(str, indices)) if indices else f"0-{count - 1}"
+    planned = tasks.load(manifest)
+    course = planned["course_root"]
+    array = ",".join(map(str, indices)) if indices else f"0-{tasks.task_count(planned) - 1}"
     if options.max_running:
         array += f"%{options.max_running}"
     logs = manifest.parent / "logs"
-    lines = ["#!/bin/bash", f"#SBATCH --job-name=grade-{tasks.load(manifest)['assignment']}", f"#SBATCH --array={array}",
+    lines = ["#!/bin/bash", f"#SBATCH --job-name=grade-{planned['assignment']}", f"#SBATCH --array={array}",
              f"#SBATCH --output={logs}/%a.out", f"#SBATCH --cpus-per-task={options.cpus}",
              f"#SBATCH --mem={max(1, round(options.memory_gb * 1024))}M", "#SBATCH --requeue"]
     lines += [f"#SBATCH --partition={options.partition}"] * bool(options.partition)
