@@ -155,9 +155,9 @@ def test_time_call_verdicts_do_not_depend_on_late_wakeups():
                          ids=["lower_middle", "mean"])
 def test_time_call_gap_allowance_cannot_be_widened_by_the_answer(statistic):
     """Attack: return another statistic (the lower middle of an even count, the mean), and sleep 60 ms between
-    calls (outside the timed region) so that the gaps, and with them the tolerance, would grow by 120 ms. The
-    allowance for trips is capped (40 ms) below the distance between the median and every other statistic
-    the test's sleeps allow: it still fails."""
+    calls (outside the timed region) so that the gaps around each call, and with them the bound, would grow by
+    120 ms. The allowance for the time around a call is capped (60 ms) below the distance between the median
+    and every other statistic the test's sleeps allow (73 ms or more): it still fails."""
     wrong = median_as(statistic)
 
     def widened(given):
