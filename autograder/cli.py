@@ -33,6 +33,9 @@ def _add_grading_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cell-seconds", type=float, default=Limits.cell_seconds, help="time limit per student cell")
     parser.add_argument("--memory-gb", type=float, default=Limits.memory_bytes / 1024**3, help="address-space limit per student, in GiB (2**30 bytes)")
     parser.add_argument("--no-gradebook", action="store_true", help="only print the results; leave gradebook.db alone")
+    parser.add_argument("--allow-reduced-isolation", action="store_true",
+                        help="grade even where the students' code cannot be sandboxed (not root, no user namespaces): "
+                             "it can then read the course; recorded per submission as isolation: reduced")
     parser.add_argument("--student", action="append", metavar="NAME", help="grade only this student (repeatable)")
     parser.add_argument("--only", action="append", metavar="ITEM",
                        help="grade only this item (a test's grade_id; repeatable); the other items keep the student's earlier grading")
@@ -143,14 +146,15 @@ def _grade(course: Path, args) -> int:
     limits = _check_grade_arguments(course, args)
     return _report(grade_assignment(args.assignment, args.submissions, course_root=course, jobs=args.jobs, limits=limits,
                                     gradebook=not args.no_gradebook, students=set(args.student) if args.student else None,
-                                    only=set(args.only) if args.only else None))
+                                    only=set(args.only) if args.only else None, allow_reduced_isolation=args.allow_reduced_isolation))
 
 
 def _plan(course: Path, args) -> int:
     """--plan-only: the run folder and how to run it; --backend slurm: that run as a job array, collected."""
     limits = _check_grade_arguments(course, args)
     manifest = tasks.plan(args.assignment, args.submissions, course, limits=limits, students=set(args.student) if args.student else None,
-                          only=set(args.only) if args.only else None, per_task=args.per_task)
+                          only=set(args.only) if args.only else None, per_task=args.per_task,
+                          allow_reduced_isolation=args.allow_reduced_isolation)
     count = tasks.task_count(tasks.load(manifest))
     collect = f"autograder --course {course} collect {manifest}"
     if args.backend == "slurm" and not args.plan_only:

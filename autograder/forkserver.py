@@ -49,8 +49,11 @@ from . import compile_seed
 ENABLE_ENV = "GPUCOURSE_FORK_SERVER"  # "0": start every worker as a separate interpreter
 READY_SECONDS = 180.0  # the server's own start (its imports and warm-up), on a busy machine
 PID_SECONDS = 30.0  # a fork, on a busy machine
-_CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
-_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+_PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_SECUREBITS, _PR_SET_NO_NEW_PRIVS = 1, 24, 28, 38
+# noroot, no_setuid_fixup and keep_caps, each locked, and no ambient capabilities: as setpriv's sandbox.NO_CAPABILITIES
+_SECURE_BITS = 0b1110_1111
+_CAPABILITY_VERSION_3 = 0x20080522
 
 
 # -- the grading process's side -------------------------------------------------------------
@@ -251,8 +254,12 @@ def _wait_for_worker(request: dict, to_worker: int, from_worker: int, log: int, 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _check(_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")  # dies with the server
     os.write(status, f"pid {os.getpid()}\n".encode())
-    if request["namespaces"]:
+    from . import sandbox
+
+    if request["isolation"] == sandbox.ROOT_NAMESPACES:
         _check(_libc().unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID), "unshare")
+    elif request["isolation"] == sandbox.USER_NAMESPACES:
+        _enter_user_namespace()
     worker = os.fork()
     if worker == 0:
         code = 1
@@ -269,6 +276,27 @@ def _wait_for_worker(request: dict, to_worker: int, from_worker: int, log: int, 
         os.close(fd)
     wait_status = _wait_unless_abandoned(worker, status)
     os.write(status, f"exit {os.waitstatus_to_exitcode(wait_status)}\n".encode())
+
+
+def _enter_user_namespace() -> None:
+    """New user, mount, network and PID namespaces, where this process's user is user 0 (as ``unshare --user
+    --map-root-user``): the worker, forked next, may then build its root (:func:`_become_worker`)."""
+    uid, gid = os.geteuid(), os.getegid()
+    _check(_libc().unshare(_CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID), "unshare")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+        Path(f"/proc/self/{name}").write_text(text)
+
+
+def _drop_capabilities() -> None:
+    """Every capability, for good: user 0 of a user namespace that can no longer undo its mounts or leave its root."""
+    libc = _libc()
+    _check(libc.prctl(_PR_SET_SECUREBITS, _SECURE_BITS, 0, 0, 0), "prctl")
+    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    for capability in range(last + 1):
+        _check(libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0), "prctl")
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    nothing = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable; twice (64 capabilities)
+    _check(libc.capset(header, nothing), "capset")
 
 
 def _wait_unless_abandoned(worker: int, status: int) -> int:
@@ -309,19 +337,23 @@ def _become_worker(request: dict, to_worker: int, from_worker: int, log: int) ->
     os.dup2(log, 1)
     os.dup2(log, 2)
     _close_all_but({0, 1, 2, to_worker, from_worker})
-    if request["namespaces"]:
+    contained = request["isolation"] in sandbox.CONTAINED
+    if contained:
         subprocess.run(["/bin/sh", "-c", "\n".join(request["script"])], check=True, stdin=subprocess.DEVNULL)
         os.chroot(str(sandbox.NEW_ROOT))
     os.chdir(request["workdir"])
     limits = request["limits"]
     if not _fits(limits["address_space"]):
         return 1
-    sandbox.apply_rlimits(limits["file_bytes"], limits["address_space"], limits["processes"] if request["namespaces"] else None)
-    if request["namespaces"]:
+    sandbox.apply_rlimits(limits["file_bytes"], limits["address_space"], limits["processes"] if contained else None)
+    if request["isolation"] == sandbox.ROOT_NAMESPACES:
         uid = request["uid"]
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
+    elif request["isolation"] == sandbox.USER_NAMESPACES:
+        _drop_capabilities()
+    if contained:
         _check(_libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl")
     # After the change of user, which clears it: the worker dies with its waiter.
     _check(_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")

@@ -149,6 +149,7 @@ def grade_assignment(
     students: set[str] | None = None,
     only: set[str] | None = None,
     scratch_parent: Path | None = None,
+    allow_reduced_isolation: bool = False,
 ) -> dict[str, StudentReport]:
     """Grade every submission of ``assignment`` (or the ``students`` named); return a report per student.
 
@@ -157,20 +158,25 @@ def grade_assignment(
     GPU machine. Students the grader failed on (a grader error) get nothing recorded.
     ``scratch_parent``: where the run's scratch folder (the workers' folders) goes, instead of the
     system's temporary folder (tests tell their own runs' workers apart by it).
+    ``allow_reduced_isolation``: grade even where the students' code cannot be sandboxed (see
+    :func:`sandbox.require_isolation`); otherwise that raises ``sandbox.IsolationUnavailable``.
     """
     course_root = Path(course_root).resolve()
     with tempfile.TemporaryDirectory(prefix=f"grade-{assignment}-", dir=scratch_parent) as scratch_name:
         scratch = Path(scratch_name)
-        found, tasks = prepare_tasks(assignment, submissions, course_root, scratch, limits=limits, students=students, only=only)
+        found, tasks = prepare_tasks(assignment, submissions, course_root, scratch, limits=limits, students=students, only=only,
+                                     allow_reduced_isolation=allow_reduced_isolation)
         reports = _run_pool({submission.student: task for submission, task in zip(found, tasks)}, jobs, progress)
         finish(assignment, course_root, found, reports, only=only, gradebook=gradebook)
     return reports
 
 
 def prepare_tasks(assignment: str, submissions: Path, course_root: Path, scratch: Path, *, limits: sandbox.Limits,
-                  students: set[str] | None = None, only: set[str] | None = None) -> tuple[list[Submission], list[tuple]]:
+                  students: set[str] | None = None, only: set[str] | None = None,
+                  allow_reduced_isolation: bool = False) -> tuple[list[Submission], list[tuple]]:
     """Find the submissions (unpacking a zip into ``scratch``) and make one task per student: the arguments of
     :func:`grade_submission`, which grades it in ``scratch/work/<student>`` wherever the task runs."""
+    sandbox.require_isolation(allow_reduced_isolation)
     source_path = course_root / "solutions" / assignment / f"{assignment}.ipynb"
     if only:
         known = {item.grade_id for item in skeleton.make_plan(*[nbformat.read(source_path, as_version=4)] * 2).items}

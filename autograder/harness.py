@@ -525,7 +525,7 @@ class StudentFunction:
         if on_gpu:
             used_loading = 0.0  # a GPU grader's worker copies and pins inputs as it loads them: CPU that is not a cheat
         # Only CPU time when the worker's whole tree is accounted for (its own PID namespace) and does all the work (no GPU).
-        cpu_only = self.worker.isolation == "namespaces" and not on_gpu
+        cpu_only = self.worker.isolation in sandbox.CONTAINED and not on_gpu
         return _charged_seconds(seconds, used_running, used_loading, calls, cpu_only=cpu_only), outputs
 
 

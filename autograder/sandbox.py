@@ -10,8 +10,16 @@ As root on Linux (the usual grading box or CI), the worker runs:
 * as an unprivileged user id of its own (``setpriv``), under resource limits (``prlimit``):
   address space, processes, file size, no core dumps.
 
-Elsewhere (an instructor's laptop, no root) the worker is a plain child process under the
-same resource limits, and the result records ``isolation: "reduced"``.
+Without root (a cluster's grading account), the same namespaces and root come from an
+unprivileged user namespace of the worker's own (``unshare --user``): the worker runs as the
+grader's own user, which is user 0 inside that namespace, with every capability dropped (it
+can neither undo the mounts that hide the course nor leave its root), and its process limit
+counts its own namespace's processes only. The result records ``isolation: "user-namespaces"``.
+
+Where neither is possible (not Linux, user namespaces disabled) the worker is a plain child
+process under the same resource limits, recorded as ``isolation: "reduced"``: nothing is
+hidden from it. The instructor's grader refuses that unless told otherwise
+(:func:`require_isolation`); a student's self-check on their own laptop runs it.
 """
 
 from __future__ import annotations
@@ -72,7 +80,7 @@ class WorkerProcess:
         inits = children(self.process.pid)
         for pid in inits:
             _signal(pid, signal.SIGKILL)
-        if inits and self.isolation == "namespaces":
+        if inits and self.isolation in CONTAINED:
             # The dying init waits for every process of its namespace, and only then does its parent (the
             # waiter, or unshare) see it end and exit. Until then they count against the sandbox user's
             # process limit, so a worker started sooner could not start a thread: a fork bomb's retried cell
@@ -117,13 +125,52 @@ def _signal(pid: int, signal_number: int) -> None:
         pass
 
 
+ROOT_NAMESPACES = "namespaces"  # root: the worker's own namespaces, root and user id
+USER_NAMESPACES = "user-namespaces"  # no root: the same namespaces and root, in a user namespace of its own
+REDUCED = "reduced"  # a plain child process: nothing hidden
+CONTAINED = (ROOT_NAMESPACES, USER_NAMESPACES)  # everything the worker starts stays in its PID namespace, offline
+# What a user namespace of the worker's own must allow (a distribution may forbid it: a sysctl, an AppArmor rule).
+USER_NAMESPACE_PROBE = "mount -t tmpfs tmpfs /mnt && mkdir /mnt/proc && mount -t proc proc /mnt/proc"
+
+
+class IsolationUnavailable(ValueError):
+    """The grader would run students' code without the sandbox, and was not told it may."""
+
+
 @functools.lru_cache(maxsize=1)
+def isolation() -> tuple[str, str]:
+    """The best isolation this machine allows (one of the modes above), and why it is no better ("" for root's)."""
+    tools = ("unshare", "setpriv", "prlimit")
+    missing = [tool for tool in tools if not shutil.which(tool)] + ([] if _chroot() else ["chroot"])
+    if missing:
+        return REDUCED, f"{', '.join(missing)} not found (Linux's util-linux and coreutils provide them)"
+    if os.geteuid() == 0:
+        probe = subprocess.run(["unshare", "--mount", "--net", "--pid", "--fork", "true"], capture_output=True, text=True)
+        if probe.returncode == 0:
+            return ROOT_NAMESPACES, ""
+    why_not_root = "not root" if os.geteuid() != 0 else "root, but unshare refused new namespaces"
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "/bin/sh", "-c",
+                            USER_NAMESPACE_PROBE], capture_output=True, text=True)
+    if probe.returncode == 0:
+        return USER_NAMESPACES, why_not_root
+    return REDUCED, f"{why_not_root}, and an unprivileged user namespace is not allowed here ({probe.stderr.strip()[:300]})"
+
+
 def namespaces_available() -> bool:
-    """Root, unshare and setpriv present, and unshare actually allowed here."""
-    if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("setpriv") and shutil.which("prlimit") and _chroot()):
-        return False
-    probe = subprocess.run(["unshare", "--mount", "--net", "--pid", "--fork", "true"], capture_output=True)
-    return probe.returncode == 0
+    """The root's sandbox: namespaces and a user id of its own for each grading process's workers."""
+    return isolation()[0] == ROOT_NAMESPACES
+
+
+def require_isolation(allow_reduced: bool) -> str:
+    """This machine's isolation mode; IsolationUnavailable where it is reduced and ``allow_reduced`` is not set."""
+    mode, why = isolation()
+    if mode == REDUCED and not allow_reduced:
+        raise IsolationUnavailable(
+            f"this machine cannot sandbox the students' code: {why}. Their code would run as a plain process that can "
+            "read solutions/ and the gradebook, and reach the network. Grade as root, or where unprivileged user "
+            "namespaces are allowed; or pass --allow-reduced-isolation to grade anyway (each submission then records "
+            "isolation: reduced)")
+    return mode
 
 
 def worker_environment(workdir: Path, threads: int) -> dict[str, str]:
@@ -176,9 +223,9 @@ def start_worker(workdir: Path, limits: Limits, hidden_paths: list[Path] = (), c
     from . import forkserver
 
     workdir = Path(workdir).resolve()
-    namespaces = namespaces_available()
+    mode = isolation()[0]
     if compile_seed.uses_compile(cells):
-        compile_seed.copy_into(workdir, sandbox_user() if namespaces else None)
+        compile_seed.copy_into(workdir, sandbox_user() if mode == ROOT_NAMESPACES else None)
     to_worker_read, to_worker = os.pipe()
     from_worker, from_worker_write = os.pipe()
     log = log_path(workdir)
@@ -187,19 +234,19 @@ def start_worker(workdir: Path, limits: Limits, hidden_paths: list[Path] = (), c
         process = None
         if server is not None:
             with contextlib.suppress(OSError):  # the server died: this worker starts on its own
-                process = _forked(server, workdir, limits, hidden_paths, [to_worker_read, from_worker_write], log, namespaces)
+                process = _forked(server, workdir, limits, hidden_paths, [to_worker_read, from_worker_write], log, mode)
         if process is None:
-            process = _popen(workdir, limits, hidden_paths, [to_worker_read, from_worker_write], log, namespaces)
+            process = _popen(workdir, limits, hidden_paths, [to_worker_read, from_worker_write], log, mode)
     finally:
         os.close(to_worker_read)
         os.close(from_worker_write)
-    return WorkerProcess(process, to_worker, from_worker, "namespaces" if namespaces else "reduced", log)
+    return WorkerProcess(process, to_worker, from_worker, mode, log)
 
 
-def _popen(workdir: Path, limits: Limits, hidden_paths, fds: list[int], log: Path, namespaces: bool) -> subprocess.Popen:
+def _popen(workdir: Path, limits: Limits, hidden_paths, fds: list[int], log: Path, mode: str) -> subprocess.Popen:
     command = [sys.executable, "-I", "-m", "autograder.worker", *map(str, fds)]
-    if namespaces:
-        command, preexec = _namespaced(command, workdir, limits, hidden_paths), None
+    if mode in CONTAINED:
+        command, preexec = _namespaced(command, workdir, limits, hidden_paths, mode), None
     else:
         preexec = functools.partial(apply_rlimits, limits.file_bytes, _address_space_limit(limits),
                                     None if os.geteuid() == 0 else limits.processes)
@@ -210,17 +257,17 @@ def _popen(workdir: Path, limits: Limits, hidden_paths, fds: list[int], log: Pat
         )
 
 
-def _forked(server, workdir: Path, limits: Limits, hidden_paths, fds: list[int], log: Path, namespaces: bool):
+def _forked(server, workdir: Path, limits: Limits, hidden_paths, fds: list[int], log: Path, mode: str):
     """The worker forked by ``server``, in the sandbox :func:`_popen` would build (see :mod:`autograder.forkserver`)."""
     uid = sandbox_user()
-    if namespaces:
+    if mode == ROOT_NAMESPACES:
         os.chown(workdir, uid, uid)
     request = {
-        "namespaces": namespaces, "script": new_root_script(workdir, hidden_paths) if namespaces else [],
+        "isolation": mode, "script": new_root_script(workdir, hidden_paths) if mode in CONTAINED else [],
         "workdir": str(workdir), "uid": uid, "env": worker_environment(workdir, limits.threads),
         "limits": {"file_bytes": limits.file_bytes, "address_space": _address_space_limit(limits),
                    # as prlimit sets it in the sandbox; root ignores RLIMIT_NPROC, so only a non-root grader sets it otherwise
-                   "processes": limits.processes if namespaces or os.geteuid() != 0 else None},
+                   "processes": limits.processes if mode in CONTAINED or os.geteuid() != 0 else None},
     }
     log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
@@ -261,7 +308,7 @@ def new_root_script(workdir: Path, hidden_paths) -> list[str]:
 
     The worker's file system is an allow-list: a fresh root holding the system folders and
     the interpreter, its packages and the course's packages (all read-only), the submission's
-    folder, an empty /tmp and /dev/shm it cannot write, /dev and a /proc of its own PID namespace. Nothing
+    folder, an empty /tmp and /dev/shm it cannot write (nor the root itself), /dev and a /proc of its own PID namespace. Nothing
     else of the machine exists there: not the course, not a second copy of it, not the
     grader's home. ``hidden_paths`` are hidden again should one lie inside what is kept.
     """
@@ -284,26 +331,38 @@ def new_root_script(workdir: Path, hidden_paths) -> list[str]:
         path = path.resolve()
         if path.exists() and any(path.is_relative_to(folder) for folder in shown) and not workdir.is_relative_to(path):
             script += _cover(NEW_ROOT / path.relative_to("/"), is_file=path.is_file())
+    # Read-only once built: in a user namespace the worker is the user who owns these file systems.
+    script += [f"mount -o remount,bind,ro {folder}" for folder in (f"{root}/tmp", f"{root}/dev/shm", root)]
     return script
 
 
-def _namespaced(command: list[str], workdir: Path, limits: Limits, hidden_paths) -> list[str]:
+# A user namespace's user 0 without capabilities, for good: none kept, none regained by running a program.
+NO_CAPABILITIES = ["--bounding-set=-all", "--inh-caps=-all",
+                   "--securebits=+noroot,+noroot_locked,+no_setuid_fixup,+no_setuid_fixup_locked,+keep_caps_locked"]
+
+
+def _namespaced(command: list[str], workdir: Path, limits: Limits, hidden_paths, mode: str) -> list[str]:
     """Wrap ``command`` in unshare + a root of its own (:func:`new_root_script`) + prlimit + setpriv, as a shell script."""
-    uid = sandbox_user()
-    os.chown(workdir, uid, uid)
     script = new_root_script(workdir, hidden_paths)
+    if mode == ROOT_NAMESPACES:
+        uid = sandbox_user()
+        os.chown(workdir, uid, uid)
+        become = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+    else:
+        become = NO_CAPABILITIES
     address_space = _address_space_limit(limits)
     limited = [
         "prlimit", *([f"--as={address_space}"] if address_space else []), f"--nproc={limits.processes}",
         f"--fsize={limits.file_bytes}", "--core=0", "--",
         # --pdeathsig after the change of user (which clears it): the worker dies with unshare.
-        "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--pdeathsig=KILL", "--",
+        "setpriv", *become, "--no-new-privs", "--pdeathsig=KILL", "--",
         *command,
     ]
     root = shlex.quote(str(NEW_ROOT))
     script.append(f"exec {shlex.quote(_chroot())} {root} /bin/sh -c {shlex.quote(f'cd {shlex.quote(str(workdir))} && exec ' + shlex.join(limited))}")
+    user_namespace = [] if mode == ROOT_NAMESPACES else ["--user", "--map-root-user"]
     # unshare dies with the grading process (a killed pool process leaves no worker running on).
-    return ["setpriv", "--pdeathsig=KILL", "--", "unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "--",
+    return ["setpriv", "--pdeathsig=KILL", "--", "unshare", *user_namespace, "--mount", "--net", "--pid", "--fork", "--kill-child", "--",
             "/bin/sh", "-c", "\n".join(script)]
 
 
@@ -345,7 +404,7 @@ def _cover(path: Path, *, is_file: bool) -> list[str]:
     """Mount commands that make ``path`` (already under the new root) empty."""
     if is_file:
         return [f"mount --bind /dev/null {shlex.quote(str(path))}"]
-    return [f"mount -t tmpfs -o size=1m,mode=0755 tmpfs {shlex.quote(str(path))}"]
+    return [f"mount -t tmpfs -o ro,size=1m,mode=0755 tmpfs {shlex.quote(str(path))}"]
 
 
 def _interpreter_folders() -> list[Path]:

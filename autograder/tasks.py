@@ -15,8 +15,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import time
 import traceback
 from dataclasses import asdict
@@ -31,23 +33,34 @@ RESULTS = "results"
 RUNS = "grading-runs"  # in the course root
 INDEX_ENVS = ("SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX")  # Slurm job arrays, Kubernetes Indexed Jobs
 TASK_FAILED = "the grading task failed"
+NO_SANDBOX = "the node that ran the task cannot sandbox students' code"
 NO_RESULT = "the grading task wrote no result"
 
 
 def plan(assignment: str, submissions: Path, course_root: Path, *, limits: sandbox.Limits = sandbox.Limits(),
-         students: set[str] | None = None, only: set[str] | None = None, per_task: int = 1) -> Path:
+         students: set[str] | None = None, only: set[str] | None = None, per_task: int = 1,
+         allow_reduced_isolation: bool = False) -> Path:
     """Write a run folder for ``assignment``'s submissions; return its manifest's path.
 
     ``per_task``: students graded one after the other by each task (a shard), which then pays its
-    interpreter's start (torch's imports, a fork server: 3-4 s of CPU) once for all of them."""
+    interpreter's start (torch's imports, a fork server: 3-4 s of CPU) once for all of them.
+    ``allow_reduced_isolation``: as :func:`autograder.grading.grade_assignment`'s, here and on every node
+    that runs a task (a node that cannot sandbox gives its students a grader error)."""
     if per_task < 1:
         raise ValueError(f"--per-task must be at least 1, got {per_task}")
     course_root = Path(course_root).resolve()
     run = course_root / RUNS / f"{assignment}-{time.strftime('%Y%m%d-%H%M%S')}"
     run.mkdir(parents=True, exist_ok=False)
-    found, tasks = prepare_tasks(assignment, submissions, course_root, run, limits=limits, students=students, only=only)
+    try:
+        found, tasks = prepare_tasks(assignment, submissions, course_root, run, limits=limits, students=students, only=only,
+                                     allow_reduced_isolation=allow_reduced_isolation)
+    except BaseException:  # refused (no sandbox, an unknown student or item): no run folder left behind
+        shutil.rmtree(run, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            run.parent.rmdir()  # grading-runs/, if this was its only run
+        raise
     manifest = {"assignment": assignment, "course_root": str(course_root), "only": sorted(only) if only else None,
-                "per_task": per_task, "tasks": [_task_to_json(task) for task in tasks]}
+                "per_task": per_task, "allow_reduced_isolation": allow_reduced_isolation, "tasks": [_task_to_json(task) for task in tasks]}
     (run / RESULTS).mkdir()
     path = run / MANIFEST
     path.write_text(json.dumps(manifest, indent=1))
@@ -82,10 +95,19 @@ def run_task(manifest_path: Path, index: int) -> list[StudentReport]:
     (a grader error where grading itself raised)."""
     manifest = load(manifest_path)
     reports = []
+    try:
+        sandbox.require_isolation(manifest.get("allow_reduced_isolation", False))
+        no_sandbox = ""
+    except sandbox.IsolationUnavailable as error:
+        no_sandbox = str(error)
     for position in students_of_task(manifest, index):
         task = _task_from_json(manifest["tasks"][position])
         try:
-            report = grade_submission(*task)
+            if no_sandbox:
+                report = StudentReport(task[0].student, None, error=f"grader error: {NO_SANDBOX}", notes=task[0].notes,
+                                       grader_error=NO_SANDBOX, log=no_sandbox)
+            else:
+                report = grade_submission(*task)
         except Exception:  # noqa: BLE001 - the grader's failure, recorded as such for this student only
             report = StudentReport(task[0].student, None, error=f"grader error: {TASK_FAILED}", notes=task[0].notes,
                                    grader_error=TASK_FAILED, log=traceback.format_exc())

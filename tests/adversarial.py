@@ -463,13 +463,15 @@ raise RuntimeError("{PROBED_MARKER} {{}} paths".format({len(read) + len(listed) 
 """
 
 
-def process_probing_cell() -> str:
+def process_probing_cell(port: int | None = None) -> str:
     """A cell that looks for what its process inherited from whoever started it: open files other than
     its standard streams and the grader's two pipes (a fork server's socket, a waiter's status pipe,
-    a file outside its folder), and other processes it can see or signal. Raises ``LEAKED`` naming
-    each, else ``PROBED``."""
+    a file outside its folder), other processes it can see or signal, and the network: any interface
+    but loopback, and the grader machine's loopback (``port``: where the test listens on 127.0.0.1).
+    Raises ``LEAKED`` naming each, else ``PROBED``."""
     return f"""
 import os
+import socket
 
 _leaks, _pipes = [], 0
 for _fd in sorted(int(_name) for _name in os.listdir("/proc/self/fd")):
@@ -486,6 +488,15 @@ if _pipes > 2:
 for _pid in (int(_name) for _name in os.listdir("/proc") if _name.isdigit()):
     if _pid != os.getpid():
         _leaks.append(f"saw process {{_pid}}")
+_interfaces = [_name for _, _name in socket.if_nameindex() if _name != "lo"]
+if _interfaces:
+    _leaks.append("network interfaces " + ", ".join(_interfaces))
+if {port!r} is not None:
+    try:
+        socket.create_connection(("127.0.0.1", {port!r}), timeout=2).close()
+        _leaks.append("connected to the grader's port {port}")
+    except OSError:
+        pass
 if _leaks:
     raise RuntimeError("{LEAK_MARKER}: " + "; ".join(_leaks))
 raise RuntimeError("{PROBED_MARKER} open files and processes")
@@ -527,11 +538,12 @@ def probe_paths(course_root: Path, submissions_dir: Path, token: str) -> dict[st
     }
 
 
-def variants(course_root: Path, submissions_dir: Path, token: str = "probe") -> dict[str, dict[str, bytes]]:
+def variants(course_root: Path, submissions_dir: Path, token: str = "probe", port: int | None = None) -> dict[str, dict[str, bytes]]:
     """Student name -> files of their submission folder (file name -> bytes).
 
     ``course_root`` and ``submissions_dir`` are where grading will happen (the snooping
-    students need their paths); ``token`` makes the snoopers' scratch file names unique.
+    students need their paths); ``token`` makes the snoopers' scratch file names unique;
+    ``port``: where the test listens on 127.0.0.1, which the snooper tries to reach.
     """
     ref = reference()
     nb = notebook_bytes
@@ -560,10 +572,10 @@ def variants(course_root: Path, submissions_dir: Path, token: str = "probe") -> 
         "planted_modules": {name: nb(ref), "torch.py": PLANTED_TORCH.encode(), "gpucourse.py": _code(PLANTED_GPUCOURSE).encode()},
         # Four probing cells in one submission (each raises a note of what it reached): the course's private
         # paths, paths outside the course, a link in the submission folder to the course's solutions (the
-        # grader must not copy its target in), and what the worker's process inherited (open files, processes).
+        # grader must not copy its target in), and what the worker's process inherited (open files, processes, a network).
         "snooping": {name: nb(with_extra_cells(ref, "imports", snooping_cell(**probes["private"]),
                                                snooping_cell(**probes["outside"]), reads_file_cell("notes.txt"),
-                                               process_probing_cell())),
+                                               process_probing_cell(port))),
                      "notes.txt": Symlink(course_root / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.py")},
         "noisy": {name: nb(with_extra_cell(answer(NOISY_PAIRWISE), "imports", NOISE_CELL))},
         "forged_done": {name: nb(with_extra_cell(answer(LOOP), "imports", FORGED_DONE))},

@@ -19,12 +19,15 @@ import contextlib
 import hashlib
 import io
 import itertools
+import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -37,7 +40,7 @@ import torch
 
 import adversarial as adv
 import course_helpers
-from autograder import sandbox
+from autograder import harness, sandbox
 from autograder.clock import FairClock, children
 from autograder.grading import StudentReport, grade_assignment
 from autograder.nbgrader_cli import scripts_on_path
@@ -385,6 +388,14 @@ def test_renamed_notebook_is_found_with_a_note(tmp_path):
     assert submission.notes == [f"renamed notebook: graded my_work.ipynb as {ASSIGNMENT}.ipynb"]
 
 
+@contextlib.contextmanager
+def listening_port():
+    """A TCP port on this machine's 127.0.0.1 that accepts connections: the snooper's network probe tries it."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.listen(8)
+        yield server.getsockname()[1]
+
+
 # -- the main run ------------------------------------------------------------------------
 
 
@@ -393,29 +404,37 @@ def main_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("adversarial")
     course = make_course(root)
     token = uuid.uuid4().hex[:12]
-    students = adv.variants(course, root / "submissions", token)
-    if not MEMORY_CAPPED:
-        del students["memory_hog"]
-    if not NAMESPACES:  # with reduced isolation nothing is hidden: the snoopers would really write
-        del students["snooping"]
     repo_before = repo_digests()
     course_before = file_digests(course / "solutions", course / "nbgrader_config.py")
+    with listening_port() as port, snooping_targets(token) as probes:
+        students = adv.variants(course, root / "submissions", token, port)
+        if not MEMORY_CAPPED:
+            del students["memory_hog"]
+        if not NAMESPACES:  # with reduced isolation nothing is hidden: the snoopers would really write
+            del students["snooping"]
+        run = grade(root, students, course=course)
+        run.extra["probes_found"] = [str(p) for p in probes if p.exists()]
+    run.extra.update(repo_before=repo_before, course_before=course_before, students=students)
+    return run
+
+
+@contextlib.contextmanager
+def snooping_targets(token: str):
+    """Plant the copies of the course the snooper looks for outside the course (removed afterwards), and
+    yield the files it tries to write in the machine's shared folders (removed afterwards, should it manage)."""
     probes = [Path(folder) / f"adversarial-probe-{token}" for folder in adv.SHARED_WRITABLE]
     planted = adv.planted_copies(token)
     try:
         for copy in planted:
             copy.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(adv.REPO_ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.py", copy)
-        run = grade(root, students, course=course)
-        run.extra["probes_found"] = [str(p) for p in probes if p.exists()]
+        yield probes
     finally:
         for probe in probes:
             with contextlib.suppress(OSError):
                 probe.unlink()
         for copy in planted:
             shutil.rmtree(copy.parents[2], ignore_errors=True)
-    run.extra.update(repo_before=repo_before, course_before=course_before, students=students)
-    return run
 
 
 def test_every_submission_gets_a_report(main_run):
@@ -511,11 +530,15 @@ def test_sandbox_hides_everything_but_the_submission(main_run):
     write a private path of the course, a path outside the course (the sandbox is an allow-list: a second
     copy of the course elsewhere on the machine, one in the grader's home), the file behind a link in
     the submission folder, or if its process inherited an open file or could see a process it did not
-    start (a fork server's socket, a waiter's status pipe); else ``PROBED …``, which proves the cell ran to its end."""
-    report = main_run.reports["snooping"]
-    assert report.result.isolation == "namespaces"
+    start (a fork server's socket, a waiter's status pipe), or reach a network; else ``PROBED …``, which
+    proves the cell ran to its end."""
+    check_snooper_held(main_run.reports["snooping"], main_run.extra["probes_found"], "namespaces")
+
+
+def check_snooper_held(report: StudentReport, probes_found: list[str], isolation: str) -> None:
+    assert report.result.isolation == isolation
     leaks = [note for note in report.notes if adv.LEAK_MARKER in note]
-    assert leaks == [] and main_run.extra["probes_found"] == [], (leaks, main_run.extra["probes_found"])
+    assert leaks == [] and probes_found == [], (leaks, probes_found)
     probed = [note for note in report.notes if adv.PROBED_MARKER in note]
     assert len(probed) == 4, report.notes
     assert report.score == FULL_MARKS
@@ -941,3 +964,126 @@ class TestSlurm:
         assert not any(report.grader_error for report in reports.values()), reports
         assert {student: report.score for student, report in reports.items()} == {"malformed": 0, "untouched": 0}
         assert reports["untouched"].result is not None
+
+
+# --- The isolation cases once more, graded by a user without root ----------------------------------
+
+UNPRIVILEGED_UID = 61_000  # a user id with no name and no rights: an instructor's own account on a cluster
+
+
+def as_unprivileged(command: list[str], home: Path, timeout: float) -> subprocess.CompletedProcess:
+    """``command`` run as UNPRIVILEGED_UID (no root, no capabilities), with ``home`` as its home."""
+    environment = {"PATH": os.environ["PATH"], "HOME": str(home), "USER": "grader", "LOGNAME": "grader", "LANG": "C.UTF-8"}
+    return subprocess.run(["setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}", "--clear-groups", "--", *command],
+                          env=environment, capture_output=True, text=True, timeout=timeout, cwd=home)
+
+
+def require_unprivileged_grader(home: Path) -> None:
+    """Skip where this test cannot grade as another user (it takes root to become one; that user must reach this
+    interpreter and make user namespaces), except in CI, which must run it (.ci/run opens the interpreter to it)."""
+    missing = ""
+    if os.geteuid() != 0:
+        missing = "grading as a user without root is tested from root, which can become that user (CI runs as root)"
+    else:
+        probe = as_unprivileged([sys.executable, "-c", "from autograder import sandbox; print(*sandbox.isolation(), sep=': ')"], home, 120)
+        if probe.returncode != 0 or not probe.stdout.startswith(sandbox.USER_NAMESPACES):
+            missing = (f"user {UNPRIVILEGED_UID} cannot grade in user namespaces here: {(probe.stdout + probe.stderr).strip()[-300:]} "
+                       "(it must be able to run this interpreter, and unprivileged user namespaces must be allowed)")
+    if missing and os.environ.get("CI"):
+        pytest.fail(f"CI must run the unprivileged grading test: {missing}")
+    if missing:
+        pytest.skip(missing)
+
+
+def _give_to(folder: Path, uid: int) -> None:
+    os.chown(folder, uid, uid)
+    for parent, names, files in os.walk(folder):
+        for name in names + files:
+            os.chown(Path(parent) / name, uid, uid, follow_symlinks=False)
+
+
+def _processes_of(uid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and f"Uid:\t{uid}\t" in (entry / "status").read_text():
+                found.append(int(entry.name))
+    return found
+
+
+def report_from_grading_json(path: Path, student: str) -> StudentReport:
+    """The report a grading left in ``autograded/<student>/<assignment>/grading.json``."""
+    data = json.loads(path.read_text())
+    notes = data.pop("notes")
+    items = [harness.ItemResult(**item) for item in data.pop("items").values()]
+    return StudentReport(student, harness.SubmissionResult(items=items, notes=notes, **data), notes=notes)
+
+
+@pytest.fixture(scope="module")
+def unprivileged_run():
+    """The snooper, the fork bomb and the untouched release, graded by ``autograder grade`` as a user without root,
+    in a course and folders of that user's (pytest's own folders admit root only)."""
+    root = Path(tempfile.mkdtemp(prefix="gpucourse-unprivileged-"))
+    try:
+        home = root / "home"
+        home.mkdir()
+        _give_to(root, UNPRIVILEGED_UID)
+        require_unprivileged_grader(home)
+        course = make_course(root)
+        token = uuid.uuid4().hex[:12]
+        repo_before, course_before = repo_digests(), file_digests(course / "solutions")
+        with listening_port() as port, snooping_targets(token) as probes:
+            # The bomb's first witness (the reference) is left out: the snooper is the reference too, graded beside the bomb.
+            students = {"snooping": adv.variants(course, root / "submissions", token, port)["snooping"],
+                        **{name: files for name, files in adv.fork_bomb_variants().items() if name != "witness_1"}}
+            submissions = adv.write_submissions(root / "submissions", students)
+            _give_to(root, UNPRIVILEGED_UID)
+            started = time.monotonic()
+            done = as_unprivileged([sys.executable, "-m", "autograder", "--course", str(course), "grade", ASSIGNMENT, str(submissions),
+                                    "--jobs", "2", "--cell-seconds", str(FORK_BOMB_LIMITS.cell_seconds),
+                                    "--item-seconds", str(FORK_BOMB_LIMITS.item_seconds),
+                                    "--memory-gb", str(FORK_BOMB_LIMITS.memory_bytes / 1024**3)], home, timeout=600)
+            seconds = time.monotonic() - started
+            probes_found = [str(probe) for probe in probes if probe.exists()]
+        deadline = time.monotonic() + 10
+        while _processes_of(UNPRIVILEGED_UID) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        leftovers = _processes_of(UNPRIVILEGED_UID)
+        for pid in leftovers:
+            _signal_quietly(pid)
+        reports = {student: report_from_grading_json(course / "autograded" / student / ASSIGNMENT / "grading.json", student)
+                   for student in students if (course / "autograded" / student / ASSIGNMENT / "grading.json").exists()}
+        yield {"done": done, "seconds": seconds, "reports": reports, "students": students, "probes_found": probes_found,
+               "leftovers": leftovers, "gradebook": (course / "gradebook.db").read_bytes(), "repo_changed": repo_digests() != repo_before,
+               "course_changed": file_digests(course / "solutions") != course_before}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _signal_quietly(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+
+
+class TestUnprivileged:
+    """The isolation cases (the snooper: the gradebook, solutions/, other folders, the network; a fork bomb)
+    graded by a user without root: the sandbox is then a user namespace of each worker's own."""
+
+    def test_a_user_without_root_grades_every_student_sandboxed(self, unprivileged_run):
+        done = unprivileged_run["done"]
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        reports = unprivileged_run["reports"]
+        assert set(reports) == set(unprivileged_run["students"]), done.stdout[-2000:]
+        assert {report.result.isolation for report in reports.values()} == {sandbox.USER_NAMESPACES}
+
+    def test_the_snooper_reaches_nothing(self, unprivileged_run):
+        check_snooper_held(unprivileged_run["reports"]["snooping"], unprivileged_run["probes_found"], sandbox.USER_NAMESPACES)
+        assert adv.WRITE_MARKER not in unprivileged_run["gradebook"], "a student wrote into the gradebook"
+        assert not unprivileged_run["repo_changed"] and not unprivileged_run["course_changed"]
+
+    def test_the_fork_bomb_costs_only_its_cell(self, unprivileged_run):
+        reports = unprivileged_run["reports"]
+        check_items(reports["fork_bomb"], expect())
+        assert any("ran past its time limit" in note and "skipped" in note for note in reports["fork_bomb"].notes), reports["fork_bomb"].notes
+        check_items(reports["witness_2"], expect(**{grade_id: FAILED for grade_id in ITEMS}))
+        assert unprivileged_run["leftovers"] == [], f"still running after grading returned: {unprivileged_run['leftovers']}"

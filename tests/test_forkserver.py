@@ -75,24 +75,26 @@ def seen_from_inside(tmp_path: Path, forked: bool, monkeypatch, cells=(), look=L
     return view
 
 
-@pytest.mark.parametrize("isolation", ["namespaces", "reduced"])
+@pytest.mark.parametrize("isolation", [sandbox.ROOT_NAMESPACES, sandbox.USER_NAMESPACES, sandbox.REDUCED])
 def test_a_forked_worker_sees_what_a_worker_started_on_its_own_sees(isolation, tmp_path, monkeypatch):
-    """In the full sandbox (root on Linux) and in reduced isolation (an instructor without root, a student's self-check)."""
-    if isolation == "namespaces" and not sandbox.namespaces_available():
-        pytest.skip("the full sandbox needs root, unshare, setpriv and chroot (Linux)")
-    if isolation == "reduced":
-        monkeypatch.setattr(sandbox, "namespaces_available", lambda: False)
+    """In the root's sandbox, in a user namespace's (a grader without root) and in reduced isolation (a student's self-check)."""
+    if isolation != sandbox.REDUCED and sandbox.isolation()[0] not in (isolation, sandbox.ROOT_NAMESPACES):
+        pytest.skip(f"this machine's best isolation is {sandbox.isolation()[0]}: {sandbox.isolation()[1]}")
+    if isolation != sandbox.isolation()[0]:  # root can make user namespaces too
+        monkeypatch.setattr(sandbox, "isolation", lambda: (isolation, "as this test asks"))
     forked, own = seen_from_inside(tmp_path, True, monkeypatch), seen_from_inside(tmp_path, False, monkeypatch)
-    if isolation == "reduced":
+    if isolation == sandbox.REDUCED:
         # Without namespaces a pid is just a number, and /tmp is the machine's, which other tests write to meanwhile.
         for view in (forked, own):
             del view["pid_in_namespace"], view["tmp"]
     forked_modules, own_modules = set(forked.pop("modules")), set(own.pop("modules"))
     assert own_modules <= forked_modules  # the server imports more than a worker does (numba, say): never less
     assert forked == own
-    if isolation == "namespaces":  # the full sandbox: a user of its own, no network, first of its PID namespace
-        assert forked["ids"][0] >= sandbox.FIRST_SANDBOX_UID and forked["ids"][3] == []
+    if isolation in sandbox.CONTAINED:  # no network, first of its PID namespace; a user of its own, or user 0 of its namespace
+        assert forked["ids"][0] == (sandbox.sandbox_user() if isolation == sandbox.ROOT_NAMESPACES else 0), forked["ids"]
         assert forked["network"] != "connected" and forked["pid_in_namespace"] == 1 and forked["no_new_privs"] == ["1"]
+    if isolation == sandbox.ROOT_NAMESPACES:
+        assert forked["ids"][3] == []
     assert forked["limits"][0] == (LIMITS.memory_bytes,) * 2 and forked["limits"][2] == (LIMITS.file_bytes,) * 2
 
 

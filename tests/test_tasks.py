@@ -13,7 +13,7 @@ import sys
 import nbformat
 import pytest
 
-from autograder import cli, tasks
+from autograder import cli, sandbox, tasks
 from autograder.grading import StudentReport
 from autograder.harness import ItemResult, SubmissionResult
 from autograder.nbgrader_cli import open_gradebook
@@ -151,3 +151,38 @@ def test_a_task_worker_sees_neither_the_manifest_nor_other_students_results(tmp_
     [report] = tasks.run_task(manifest, 0)
     [item] = report.result.items
     assert item.score == 0 and "seen={'manifest.json': 'FileNotFoundError', 'results': 'FileNotFoundError', 'work': ['eve']}" in item.message, item.message
+
+
+def _no_sandbox_here(monkeypatch) -> None:
+    """This machine as one where the students' code cannot be sandboxed (not root, no user namespaces)."""
+    monkeypatch.setattr(sandbox, "isolation", lambda: (sandbox.REDUCED, "not root, and an unprivileged user namespace is not allowed here"))
+
+
+def test_grading_without_a_sandbox_is_refused_unless_allowed(tmp_path, monkeypatch, capsys):
+    """Refused, saying why and how to go on, before anything is graded or planned; --allow-reduced-isolation plans it,
+    and the manifest carries the permission to the nodes that run its tasks."""
+    course = make_course(tmp_path / "course", ASSIGNMENT)
+    submissions = make_submissions(tmp_path / "submissions", {"alice": "assignments"}, ASSIGNMENT)
+    _no_sandbox_here(monkeypatch)
+    for extra in ([], ["--plan-only"]):
+        assert cli.main(["--course", str(course), "grade", ASSIGNMENT, str(submissions), *extra]) == 1
+        error = capsys.readouterr().err
+        assert "cannot sandbox the students' code: not root, and an unprivileged user namespace" in error, error
+        assert "--allow-reduced-isolation" in error
+    assert not (course / "autograded").exists() and not (course / tasks.RUNS).exists()
+    assert cli.main(["--course", str(course), "grade", ASSIGNMENT, str(submissions), "--plan-only", "--allow-reduced-isolation"]) == 0
+    [manifest] = course.glob(f"{tasks.RUNS}/{ASSIGNMENT}-*/{tasks.MANIFEST}")
+    assert tasks.load(manifest)["allow_reduced_isolation"] is True
+
+
+def test_a_task_on_a_node_that_cannot_sandbox_is_a_grader_error_for_its_students(tmp_path, monkeypatch):
+    """Planned where the sandbox works, run on a node where it does not: nothing is graded there, and each of the
+    task's students gets a grader error with the reason (collect records nothing for them)."""
+    course = make_course(tmp_path / "course", ASSIGNMENT)
+    submissions = make_submissions(tmp_path / "submissions", {"alice": "assignments", "bob": "assignments"}, ASSIGNMENT)
+    monkeypatch.setattr(sandbox, "isolation", lambda: (sandbox.USER_NAMESPACES, "not root"))
+    manifest = tasks.plan(ASSIGNMENT, submissions, course, per_task=2)
+    _no_sandbox_here(monkeypatch)
+    reports = tasks.run_task(manifest, 0)
+    assert [(report.student, report.grader_error) for report in reports] == [("alice", tasks.NO_SANDBOX), ("bob", tasks.NO_SANDBOX)]
+    assert "cannot sandbox" in reports[0].log and tasks.missing_results(manifest) == []
