@@ -6,7 +6,7 @@ reference's, a kernel runner per kernel). The fork server is one interpreter per
 process that imports what a worker imports and then does nothing but fork: for each worker
 it is asked for, its child builds the same sandbox as :func:`sandbox.start_worker`'s shell
 script (new mount, network and PID namespaces, a root of its own, limits, a user id of its
-own) around itself and serves the harness as ``python -m autograder.worker`` would.
+own; or, for a grader without root, all that in a user namespace of its own) around itself and serves the harness as ``python -m autograder.worker`` would.
 
 What the server holds is only imported modules (and, in a warm server, what the grader's own
 warm-up left in them): never a plan, a test, a reference answer or a submission. It is told a
@@ -51,7 +51,8 @@ READY_SECONDS = 180.0  # the server's own start (its imports and warm-up), on a 
 PID_SECONDS = 30.0  # a fork, on a busy machine
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 _PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_SECUREBITS, _PR_SET_NO_NEW_PRIVS = 1, 24, 28, 38
-# noroot, no_setuid_fixup and keep_caps, each locked, and no ambient capabilities: as setpriv's sandbox.NO_CAPABILITIES
+# noroot, no_setuid_fixup and keep_caps, each locked (as sandbox.NO_CAPABILITIES has setpriv set them), and no ambient
+# capabilities raised (setpriv cannot name that bit; an empty inheritable set keeps the ambient set empty anyway)
 _SECURE_BITS = 0b1110_1111
 _CAPABILITY_VERSION_3 = 0x20080522
 
