@@ -864,8 +864,10 @@ class TestLayouts:
 
 # --- The same submissions through a real Slurm job array ------------------------------------------
 
-SLURM_STUDENTS = ("correct", "untouched", "malformed", "wrong_sqrt", "slow_loop", "segfault", "exit_in_offload", "patched_clock",
-                  "patched_timing", "patched_checks", "input_transformer", "snooping")
+# Ten of the main run's kinds (the issue asks for at least 10): right, untouched, unreadable, wrong, slow, crashing,
+# attacking the checks, snooping. The other timing attacks (patched_clock, patched_timing) fail as slow_loop does.
+SLURM_STUDENTS = ("correct", "untouched", "malformed", "wrong_sqrt", "slow_loop", "segfault", "exit_in_offload",
+                  "patched_checks", "input_transformer", "snooping")
 
 
 def slurm_ready() -> str:
