@@ -23,7 +23,6 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 import adversarial as adv  # noqa: E402
 import course_helpers  # noqa: E402
-
 from autograder import cli  # noqa: E402
 from autograder.nbgrader_cli import open_gradebook  # noqa: E402
 
