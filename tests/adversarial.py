@@ -467,9 +467,11 @@ def process_probing_cell(port: int | None = None) -> str:
     """A cell that looks for what its process inherited from whoever started it: open files other than
     its standard streams and the grader's two pipes (a fork server's socket, a waiter's status pipe,
     a file outside its folder), other processes it can see or signal, and the network: any interface
-    but loopback, and the grader machine's loopback (``port``: where the test listens on 127.0.0.1).
-    Raises ``LEAKED`` naming each, else ``PROBED``."""
+    but loopback, and the grader machine's loopback (``port``: where the test listens on 127.0.0.1); and the ways
+    out of a sandbox built in a user namespace: a user namespace of its own (whose capabilities would undo the
+    mounts), making a read-only folder writable, leaving its root. Raises ``LEAKED`` naming each, else ``PROBED``."""
     return f"""
+import ctypes
 import os
 import socket
 
@@ -488,6 +490,16 @@ if _pipes > 2:
 for _pid in (int(_name) for _name in os.listdir("/proc") if _name.isdigit()):
     if _pid != os.getpid():
         _leaks.append(f"saw process {{_pid}}")
+_libc = ctypes.CDLL(None, use_errno=True)
+if _libc.unshare(0x10000000 | 0x00020000) == 0:  # CLONE_NEWUSER | CLONE_NEWNS
+    _leaks.append("made a user namespace")
+if _libc.mount(b"none", os.path.dirname(os.__file__).encode(), None, 0x20 | 0x1000, None) == 0:  # MS_REMOUNT | MS_BIND, not MS_RDONLY
+    _leaks.append("made the interpreter's folder writable")
+try:
+    os.chroot("/")
+    _leaks.append("could chroot")
+except OSError:
+    pass
 _interfaces = [_name for _, _name in socket.if_nameindex() if _name != "lo"]
 if _interfaces:
     _leaks.append("network interfaces " + ", ".join(_interfaces))

@@ -970,7 +970,10 @@ class TestSlurm:
 
 # --- The isolation cases once more, graded by a user without root ----------------------------------
 
-UNPRIVILEGED_UID = 61_000  # a user id with no name and no rights: an instructor's own account on a cluster
+# A user id with no name and no rights (an instructor's own account on a cluster), one per pytest process: its
+# leftovers are counted, and killed, by user id, so two runs of the fixture at once (pytest -n without loadscope)
+# must not share one.
+UNPRIVILEGED_UID = 61_000 + os.getpid() % 1000
 
 
 def as_unprivileged(command: list[str], home: Path, timeout: float) -> subprocess.CompletedProcess:
