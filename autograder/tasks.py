@@ -95,22 +95,16 @@ def run_task(manifest_path: Path, index: int) -> list[StudentReport]:
     (a grader error where grading itself raised)."""
     manifest = load(manifest_path)
     reports = []
-    try:
-        sandbox.require_isolation(manifest.get("allow_reduced_isolation", False))
-        no_sandbox = ""
-    except sandbox.IsolationUnavailable as error:
-        no_sandbox = str(error)
+    refused = _sandbox_refused(manifest)
     for position in students_of_task(manifest, index):
         task = _task_from_json(manifest["tasks"][position])
-        try:
-            if no_sandbox:
-                report = StudentReport(task[0].student, None, error=f"grader error: {NO_SANDBOX}", notes=task[0].notes,
-                                       grader_error=NO_SANDBOX, log=no_sandbox)
-            else:
+        if refused:
+            report = _grader_error(task[0], NO_SANDBOX, log=refused)
+        else:
+            try:
                 report = grade_submission(*task)
-        except Exception:  # noqa: BLE001 - the grader's failure, recorded as such for this student only
-            report = StudentReport(task[0].student, None, error=f"grader error: {TASK_FAILED}", notes=task[0].notes,
-                                   grader_error=TASK_FAILED, log=traceback.format_exc())
+            except Exception:  # noqa: BLE001 - the grader's failure, recorded as such for this student only
+                report = _grader_error(task[0], TASK_FAILED, log=traceback.format_exc())
         _write_atomically(result_path(manifest_path, position), json.dumps(report_to_json(report)))
         reports.append(report)
     return reports
@@ -126,9 +120,7 @@ def collect(manifest_path: Path, *, gradebook: bool = True) -> dict[str, Student
         try:
             reports[student] = report_from_json(json.loads(result_path(manifest_path, position).read_text()))
         except (OSError, ValueError):
-            index = position // manifest.get("per_task", 1)
-            reports[student] = StudentReport(student, None, error=f"grader error: {NO_RESULT} (task {index})",
-                                             notes=task[0].notes, grader_error=NO_RESULT)
+            reports[student] = _grader_error(task[0], NO_RESULT, where=f" (task {position // manifest.get('per_task', 1)})")
     only = set(manifest["only"]) if manifest["only"] else None
     finish(manifest["assignment"], Path(manifest["course_root"]), [task[0] for task in tasks], reports, only=only, gradebook=gradebook)
     return dict(sorted(reports.items()))
@@ -179,6 +171,20 @@ def report_from_json(data: dict) -> StudentReport:
     if result is not None:
         result = harness.SubmissionResult(**{**result, "items": [harness.ItemResult(**item) for item in result["items"]]})
     return StudentReport(data["student"], result, error=data["error"], notes=data["notes"], grader_error=data["grader_error"], log=data["log"])
+
+
+def _sandbox_refused(manifest: dict) -> str:
+    """Why this node may not grade the manifest's students ("" if it may): it cannot sandbox them, and the plan did not allow that."""
+    try:
+        sandbox.require_isolation(manifest.get("allow_reduced_isolation", False))
+    except sandbox.IsolationUnavailable as error:
+        return str(error)
+    return ""
+
+
+def _grader_error(submission: Submission, why: str, *, log: str = "", where: str = "") -> StudentReport:
+    """A report of the grader's failure on ``submission``: nothing will be recorded for the student."""
+    return StudentReport(submission.student, None, error=f"grader error: {why}{where}", notes=submission.notes, grader_error=why, log=log)
 
 
 def _task_to_json(task: tuple) -> dict:

@@ -40,7 +40,7 @@ import torch
 
 import adversarial as adv
 import course_helpers
-from autograder import harness, sandbox
+from autograder import sandbox
 from autograder.clock import FairClock, children
 from autograder.grading import StudentReport, grade_assignment
 from autograder.nbgrader_cli import scripts_on_path
@@ -1009,19 +1009,20 @@ def _give_to(folder: Path, uid: int) -> None:
 
 def _processes_of(uid: int) -> list[int]:
     found = []
-    for entry in Path("/proc").iterdir():
+    for pid in _process_ids():
         with contextlib.suppress(OSError):
-            if entry.name.isdigit() and f"Uid:\t{uid}\t" in (entry / "status").read_text():
-                found.append(int(entry.name))
+            if f"Uid:\t{uid}\t" in Path(f"/proc/{pid}/status").read_text():
+                found.append(int(pid))
     return found
 
 
 def report_from_grading_json(path: Path, student: str) -> StudentReport:
-    """The report a grading left in ``autograded/<student>/<assignment>/grading.json``."""
+    """The report a grading left in ``autograded/<student>/<assignment>/grading.json`` (its items keyed by grade_id)."""
+    from autograder import tasks
+
     data = json.loads(path.read_text())
-    notes = data.pop("notes")
-    items = [harness.ItemResult(**item) for item in data.pop("items").values()]
-    return StudentReport(student, harness.SubmissionResult(items=items, notes=notes, **data), notes=notes)
+    result = {**data, "items": list(data["items"].values())}
+    return tasks.report_from_json({"student": student, "result": result, "error": "", "notes": data["notes"], "grader_error": "", "log": ""})
 
 
 @pytest.fixture(scope="module")
@@ -1055,7 +1056,7 @@ def unprivileged_run():
             time.sleep(0.5)
         leftovers = _processes_of(UNPRIVILEGED_UID)
         for pid in leftovers:
-            _signal_quietly(pid)
+            sandbox._signal(pid, signal.SIGKILL)
         reports = {student: report_from_grading_json(course / "autograded" / student / ASSIGNMENT / "grading.json", student)
                    for student in students if (course / "autograded" / student / ASSIGNMENT / "grading.json").exists()}
         yield {"done": done, "seconds": seconds, "reports": reports, "students": students, "probes_found": probes_found,
@@ -1063,11 +1064,6 @@ def unprivileged_run():
                "course_changed": file_digests(course / "solutions") != course_before}
     finally:
         shutil.rmtree(root, ignore_errors=True)
-
-
-def _signal_quietly(pid: int) -> None:
-    with contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGKILL)
 
 
 class TestUnprivileged:
