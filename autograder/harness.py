@@ -19,6 +19,7 @@ import hashlib
 import io
 import itertools
 import re
+import select
 import time
 import types
 from dataclasses import asdict, dataclass, field
@@ -36,7 +37,7 @@ from gpucourse.triton_compiler import signature_descriptor as triton_signature_d
 from gpucourse.triton_compiler import triton_compile_report
 
 from . import kernel_gate, njit_gate, protocol, sandbox, torch_gate
-from .clock import FairClock, oom_kills, tree_cpu_seconds
+from .clock import FairClock, oom_kills, threads_in_trees, tree_cpu_seconds
 from .outcomes import Outcome
 from .skeleton import CellOrigin, Plan, TestItem, defined_names, free_names
 
@@ -62,6 +63,35 @@ class WorkerCrashed(Exception):
     def __init__(self, description: str, killed: bool = False):
         super().__init__(description)
         self.killed = killed
+
+
+class ProcessLimitReached(WorkerCrashed):
+    """The student's code held its process limit (a fork bomb): stopped when that is seen, not at its deadline."""
+
+
+# A worker whose process tree holds this share of its process limit (processes and threads) at two looks
+# WATCH_SECONDS apart is stopped: honest code comes nowhere near it (numba's simulator, the most threaded,
+# runs a block of 1024 threads against a limit of 1536), and waiting for the deadline lets a fork bomb keep
+# every core busy for the whole cell limit, twice (a timed-out cell is tried once more).
+PROCESS_LIMIT_SHARE = 0.9
+WATCH_SECONDS = 1.0
+
+
+class ProcessWatch:
+    """Looks at a worker's process trees (from /proc, never asking the worker) at most every WATCH_SECONDS."""
+
+    def __init__(self, roots, limit: int):
+        self.roots, self.threshold = roots, PROCESS_LIMIT_SHARE * limit
+        self.limit, self.next_look, self.hits = limit, time.monotonic() + WATCH_SECONDS, 0
+
+    def look(self) -> None:
+        """Raise :class:`ProcessLimitReached` when the trees held the limit at this look and the one before."""
+        if time.monotonic() < self.next_look:
+            return
+        self.next_look = time.monotonic() + WATCH_SECONDS
+        self.hits = self.hits + 1 if threads_in_trees(self.roots()) >= self.threshold else 0
+        if self.hits >= 2:
+            raise ProcessLimitReached(f"held its limit of {self.limit} processes and threads, as a fork bomb does")
 
 
 class StudentError(Exception):
@@ -325,7 +355,7 @@ class StudentWorker:
         """While the block talks to the worker: a time-out or a broken channel stops it (and is raised as such)."""
         try:
             yield
-        except WorkerTimeout:
+        except (WorkerTimeout, ProcessLimitReached):
             self.stop()
             raise
         except (protocol.ChannelClosed, BrokenPipeError, OSError, ValueError) as error:
@@ -345,8 +375,15 @@ class StudentWorker:
         return self.process.exit_description()
 
     def _receive(self, deadline: float):
+        """The worker's next message; while none comes, its processes are watched (:class:`ProcessWatch`)."""
+        fd, watch = self.process.from_worker, ProcessWatch(self.pids, self.limits.processes)
+        # Fair seconds pass no faster than wall seconds, so waiting what is left of the deadline never overshoots it.
+        while not select.select([fd], [], [], max(0.0, min(deadline - self.clock.now(), WATCH_SECONDS)))[0]:
+            if self.clock.now() >= deadline:
+                raise WorkerTimeout()
+            watch.look()
         try:
-            frame = protocol.read_frame(self.process.from_worker, deadline, self.clock.now)
+            frame = protocol.read_frame(fd, deadline, self.clock.now)
         except protocol.FrameTimeout:
             raise WorkerTimeout() from None
         return protocol.decode_from_worker(frame)
@@ -788,6 +825,8 @@ def _first_line(text: str) -> str:
 
 
 def _failure_text(failure: Exception) -> str:
+    if isinstance(failure, ProcessLimitReached):
+        return f"started processes until it {failure}, and was stopped"
     return "ran past its time limit" if isinstance(failure, WorkerTimeout) else f"crashed the process ({failure})"
 
 
@@ -897,6 +936,8 @@ def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, r
         outcome, score, message = Outcome.PASSED, item.points, ""
     except WorkerTimeout:
         outcome, score, message = Outcome.TIMEOUT, 0.0, f"your code ran past the {limits.item_seconds:.0f} s limit for this item"
+    except ProcessLimitReached as stopped:
+        outcome, score, message = Outcome.CRASHED, 0.0, f"your code {_failure_text(stopped)}"
     except WorkerCrashed as crash:
         outcome, score, message = Outcome.CRASHED, 0.0, f"your code crashed the process: {crash}"
         # The out-of-memory killer picks its victim machine-wide: a neighbour's fork bomb can choose this worker.

@@ -1,6 +1,7 @@
 """The harness's limits on a student's cells: a burst of load is forgiven once, a hang is not."""
 
 import itertools
+import time
 
 import pytest
 
@@ -46,6 +47,62 @@ def test_a_cell_that_always_hangs_is_skipped_after_its_second_try(tmp_path):
     assert item.message == ("answer raised NameError: name 'ANSWER' is not defined — the cell that defines it "
                             "ran past its time limit and was skipped: your code cell 1"), item.message
     assert "your code cell 1 ran past its time limit; it was skipped" in result.notes
+
+
+# Forks until the process limit says no, every child sleeping: a fork bomb that spares the machine's cores.
+FORKS_TO_THE_LIMIT = """
+import os, time
+def fill_the_process_limit():
+    while True:
+        try:
+            if os.fork() == 0:
+                time.sleep(3600)
+                os._exit(0)
+        except OSError:
+            time.sleep(3600)
+"""
+SMALL_PROCESS_LIMIT = sandbox.Limits(cell_seconds=30, item_seconds=30, notebook_seconds=120, memory_bytes=4 * 1024**3, processes=160)
+needs_a_contained_sandbox = pytest.mark.skipif(sandbox.isolation()[0] not in sandbox.CONTAINED,
+                                               reason="a process limit holds only in the namespace sandbox (root ignores RLIMIT_NPROC)")
+
+
+@needs_a_contained_sandbox
+def test_a_cell_that_holds_the_process_limit_is_stopped_at_once_and_not_tried_again(tmp_path):
+    (tmp_path / "work").mkdir()
+    started = time.monotonic()
+    result = harness.grade(_plan(FORKS_TO_THE_LIMIT + "fill_the_process_limit()\nANSWER = 42\n"), tmp_path / "work", SMALL_PROCESS_LIMIT)
+    seconds = time.monotonic() - started
+    [item] = result.items
+    assert item.outcome == Outcome.FAILED and "was skipped: your code cell 1" in item.message, item
+    assert ("your code cell 1 started processes until it held its limit of 160 processes and threads, as a fork bomb does, "
+            "and was stopped; it was skipped") in result.notes, result.notes
+    # Two looks a second apart once the limit is reached, one try: far from the 30 s cell limit, let alone two of them.
+    assert seconds < 20, f"grading took {seconds:.0f} s"
+
+
+@needs_a_contained_sandbox
+def test_an_answer_that_holds_the_process_limit_costs_its_item_and_the_next_item_is_graded(tmp_path):
+    answer = FORKS_TO_THE_LIMIT + "def answer():\n    fill_the_process_limit()\n"
+    items = [skeleton.TestItem("test_bomb", 1.0, "answer()"), skeleton.TestItem("test_after", 1.0, "assert ANSWER == 42")]
+    plan = Plan(context=[], student_cells=[answer, "ANSWER = 42\n"], items=items, api_names=["answer", "ANSWER"])
+    (tmp_path / "work").mkdir()
+    bomb, after = harness.grade(plan, tmp_path / "work", SMALL_PROCESS_LIMIT).items
+    assert bomb.outcome == Outcome.CRASHED and bomb.message == (
+        "your code started processes until it held its limit of 160 processes and threads, as a fork bomb does, and was stopped"), bomb
+    assert bomb.seconds < 15, bomb
+    assert after.outcome == Outcome.PASSED, after
+
+
+def test_honest_threads_below_the_share_are_never_stopped(monkeypatch):
+    """The watch stops a tree at PROCESS_LIMIT_SHARE of the limit at two looks in a row, never on one look or below it."""
+    counts = iter([1400, 100, 1300, 1400, 1500])
+    monkeypatch.setattr(harness, "threads_in_trees", lambda roots: next(counts))
+    monkeypatch.setattr(harness, "WATCH_SECONDS", 0.0)
+    watch = harness.ProcessWatch(lambda: [1], 1536)
+    for _ in range(4):  # 1400 (at the share), 100, 1300 (below it), 1400: one look at a time
+        watch.look()
+    with pytest.raises(harness.ProcessLimitReached):
+        watch.look()  # 1500: the second look in a row
 
 
 def _graded_with_a_log(tmp_path, test_source: str, student_cell: str = "def answer():\n    return 42\n"):
