@@ -18,6 +18,27 @@ import torch
 ENV_VAR = "GPUCOURSE_DEVICE"
 DEVICE_CLASSES = ("cpu", "cuda")
 
+# torch's CPU builds send float unary ops (exp, log, sqrt, tanh, ...) to MKL's vector math library, which picks
+# each function's kernel on that function's first call. When that first call runs on several threads at once,
+# one thread can run a low-accuracy kernel for its share of the call (pytorch/pytorch#188792; measured here: an
+# exp 1.5e-4 off, in about one fresh process in fifty, which failed lecture 01's softmax agreement check once).
+# One call of each on a single element, on this thread, settles the choice before any concurrent use.
+MKL_UNARY_OPS = ("exp", "expm1", "log", "log10", "log1p", "log2", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tan",
+                 "asin", "acos", "atan", "sinh", "cosh", "tanh", "erf", "erfc", "erfinv", "lgamma", "sigmoid", "abs", "trunc")
+
+
+def settle_mkl_unary_kernels() -> None:
+    """Call each of torch's MKL-backed unary ops once on one element of each float type (see MKL_UNARY_OPS)."""
+    if not torch.backends.mkl.is_available():
+        return
+    for dtype in (torch.float32, torch.float64):
+        one = torch.full((1,), 0.5, dtype=dtype)
+        for name in MKL_UNARY_OPS:
+            getattr(torch, name)(one)
+
+
+settle_mkl_unary_kernels()
+
 
 class NoGPUError(RuntimeError):
     """Raised when a GPU is asked for but this machine has none."""

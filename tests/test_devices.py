@@ -82,3 +82,18 @@ def test_cpu_cache_bytes_asks_sysctl_where_there_is_no_sysfs(tmp_path, monkeypat
     answers = {"hw.l1dcachesize": "65536\n", "hw.l2cachesize": "4194304\n", "hw.l3cachesize": "sysctl: unknown oid\n"}
     monkeypatch.setattr(devices.subprocess, "run", lambda command, **kwargs: types.SimpleNamespace(stdout=answers[command[-1]]))
     assert devices.cpu_cache_bytes(tmp_path / "absent") == {1: 65536, 2: 4 * 2**20}
+
+
+def test_mkl_unary_kernels_are_settled_on_import(monkeypatch):
+    """Importing gpucourse calls each MKL-backed unary op once on one element of each float type, on one thread,
+    before a notebook's first concurrent call could run a low-accuracy kernel (pytorch/pytorch#188792)."""
+    import inspect
+
+    assert "\nsettle_mkl_unary_kernels()\n" in inspect.getsource(devices), "gpucourse.devices no longer settles MKL's kernels on import"
+    calls = []
+    for name in devices.MKL_UNARY_OPS:
+        real = getattr(torch, name)
+        monkeypatch.setattr(torch, name, lambda x, _real=real, _name=name: calls.append((_name, x.dtype, x.numel())) or _real(x))
+    devices.settle_mkl_unary_kernels()
+    expected = [(name, dtype, 1) for dtype in (torch.float32, torch.float64) for name in devices.MKL_UNARY_OPS]
+    assert calls == (expected if torch.backends.mkl.is_available() else [])
