@@ -96,16 +96,24 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def _tasks_in_trees(roots: Iterable[int]) -> Iterable[str]:
-    """The state of every thread in the process trees below ``roots`` (each root included)."""
+def _trees(roots: Iterable[int]) -> Iterable[list[tuple[int, str]]]:
+    """The threads (tid, state letter) of each process in the trees below ``roots`` (each root included)."""
     seen, pending = set(), list(roots)
     while pending:
         pid = pending.pop()
         if pid in seen:
             continue
         seen.add(pid)
-        yield from (state for _, state in _task_states(pid))
+        tasks = _task_states(pid)
+        if tasks:  # an ended process has no task folder
+            yield tasks
         pending += children(pid)
+
+
+def _tasks_in_trees(roots: Iterable[int]) -> Iterable[str]:
+    """The state of every thread in the process trees below ``roots`` (each root included)."""
+    for tasks in _trees(roots):
+        yield from (state for _, state in tasks)
 
 
 def runnable_in_trees(roots: Iterable[int]) -> int:
@@ -116,6 +124,12 @@ def runnable_in_trees(roots: Iterable[int]) -> int:
 def threads_in_trees(roots: Iterable[int]) -> int:
     """Threads, runnable or not, in the process trees below ``roots``: read from /proc, not asked of them."""
     return sum(1 for state in _tasks_in_trees(roots) if state not in ("Z", "X"))
+
+
+def processes_in_trees(roots: Iterable[int]) -> int:
+    """Processes in the trees below ``roots``, zombies included (each holds a slot of the process limit
+    until it is waited for): read from /proc, not asked of them."""
+    return sum(1 for _ in _trees(roots))
 
 
 class FairClock:

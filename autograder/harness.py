@@ -37,7 +37,7 @@ from gpucourse.triton_compiler import signature_descriptor as triton_signature_d
 from gpucourse.triton_compiler import triton_compile_report
 
 from . import kernel_gate, njit_gate, protocol, sandbox, torch_gate
-from .clock import FairClock, oom_kills, threads_in_trees, tree_cpu_seconds
+from .clock import FairClock, oom_kills, processes_in_trees, tree_cpu_seconds
 from .outcomes import Outcome
 from .skeleton import CellOrigin, Plan, TestItem, defined_names, free_names
 
@@ -65,14 +65,17 @@ class WorkerCrashed(Exception):
         self.killed = killed
 
 
-class ProcessLimitReached(WorkerCrashed):
-    """The student's code held its process limit (a fork bomb): stopped when that is seen, not at its deadline."""
+class ForkBombStopped(WorkerCrashed):
+    """The student's code started processes as a fork bomb does: stopped when that is seen, not at its deadline."""
 
 
-# A worker whose process tree holds this share of its process limit (processes and threads) at two looks
-# WATCH_SECONDS apart is stopped: honest code comes nowhere near it (numba's simulator, the most threaded,
-# runs a block of 1024 threads against a limit of 1536), and waiting for the deadline lets a fork bomb keep
-# every core busy for the whole cell limit, twice (a timed-out cell is tried once more).
+# A worker whose process trees hold FORK_BOMB_PROCESSES processes (or, under a lower process limit, this share
+# of it) at two looks WATCH_SECONDS apart is stopped: waiting for the deadline lets a fork bomb keep every core
+# busy for the whole cell limit, twice (a timed-out cell is tried once more). Processes, not threads: honest code
+# starts a few (DataLoader workers), while threads are many in honest code too (numba's simulator runs a block of
+# 1024); and not the whole process limit, which a bomb may never reach: its forks also fail for memory, and a
+# quiet test's bomb levelled off at 1,300-1,480 of 1,536.
+FORK_BOMB_PROCESSES = 256
 PROCESS_LIMIT_SHARE = 0.9
 WATCH_SECONDS = 1.0
 
@@ -81,17 +84,17 @@ class ProcessWatch:
     """Looks at a worker's process trees (from /proc, never asking the worker) at most every WATCH_SECONDS."""
 
     def __init__(self, roots, limit: int):
-        self.roots, self.threshold = roots, PROCESS_LIMIT_SHARE * limit
-        self.limit, self.next_look, self.hits = limit, time.monotonic() + WATCH_SECONDS, 0
+        self.roots, self.threshold = roots, min(FORK_BOMB_PROCESSES, int(PROCESS_LIMIT_SHARE * limit))
+        self.next_look, self.hits = time.monotonic() + WATCH_SECONDS, 0
 
     def look(self) -> None:
-        """Raise :class:`ProcessLimitReached` when the trees held the limit at this look and the one before."""
+        """Raise :class:`ForkBombStopped` when the trees held the threshold at this look and the one before."""
         if time.monotonic() < self.next_look:
             return
         self.next_look = time.monotonic() + WATCH_SECONDS
-        self.hits = self.hits + 1 if threads_in_trees(self.roots()) >= self.threshold else 0
+        self.hits = self.hits + 1 if processes_in_trees(self.roots()) >= self.threshold else 0
         if self.hits >= 2:
-            raise ProcessLimitReached(f"held its limit of {self.limit} processes and threads, as a fork bomb does")
+            raise ForkBombStopped(f"started {self.threshold} processes or more, as a fork bomb does")
 
 
 class StudentError(Exception):
@@ -355,7 +358,7 @@ class StudentWorker:
         """While the block talks to the worker: a time-out or a broken channel stops it (and is raised as such)."""
         try:
             yield
-        except (WorkerTimeout, ProcessLimitReached):
+        except (WorkerTimeout, ForkBombStopped):
             self.stop()
             raise
         except (protocol.ChannelClosed, BrokenPipeError, OSError, ValueError) as error:
@@ -825,8 +828,8 @@ def _first_line(text: str) -> str:
 
 
 def _failure_text(failure: Exception) -> str:
-    if isinstance(failure, ProcessLimitReached):
-        return f"started processes until it {failure}, and was stopped"
+    if isinstance(failure, ForkBombStopped):
+        return f"{failure}, and was stopped"
     return "ran past its time limit" if isinstance(failure, WorkerTimeout) else f"crashed the process ({failure})"
 
 
@@ -936,7 +939,7 @@ def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, r
         outcome, score, message = Outcome.PASSED, item.points, ""
     except WorkerTimeout:
         outcome, score, message = Outcome.TIMEOUT, 0.0, f"your code ran past the {limits.item_seconds:.0f} s limit for this item"
-    except ProcessLimitReached as stopped:
+    except ForkBombStopped as stopped:
         outcome, score, message = Outcome.CRASHED, 0.0, f"your code {_failure_text(stopped)}"
     except WorkerCrashed as crash:
         outcome, score, message = Outcome.CRASHED, 0.0, f"your code crashed the process: {crash}"

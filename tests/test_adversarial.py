@@ -581,9 +581,10 @@ def fork_bomb_run(tmp_path_factory):
 
 
 def assert_stopped_as_a_fork_bomb(report):
-    """The bomb's cell was skipped: stopped when seen holding the process limit (harness.ProcessWatch), or, where the
-    watch's looks came too late, at its time limit as before. A fresh-clone CI run beside a second one (2026-12-04)
-    saw the second in TestForkBomb: the watch is a saving, the time limit the guarantee (see docs/ci-profile.md)."""
+    """The bomb's cell was skipped: stopped when seen holding harness.FORK_BOMB_PROCESSES processes (ProcessWatch),
+    or at its time limit, as before the watch. The watch is a saving, the time limit the guarantee: the watch's
+    first version, waiting for most of the process limit, never fired beside a second CI run (docs/ci-profile.md);
+    tests/test_harness.py holds the watch itself to exact notes."""
     watched = "as a fork bomb does, and was stopped; it was skipped"
     assert any(watched in note or note.endswith("ran past its time limit; it was skipped") for note in report.notes), report.notes
 

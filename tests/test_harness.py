@@ -74,8 +74,8 @@ def test_a_cell_that_holds_the_process_limit_is_stopped_at_once_and_not_tried_ag
     seconds = time.monotonic() - started
     [item] = result.items
     assert item.outcome == Outcome.FAILED and "was skipped: your code cell 1" in item.message, item
-    assert ("your code cell 1 started processes until it held its limit of 160 processes and threads, as a fork bomb does, "
-            "and was stopped; it was skipped") in result.notes, result.notes
+    # The threshold: 90 % of this small limit (under the default limit, harness.FORK_BOMB_PROCESSES).
+    assert "your code cell 1 started 144 processes or more, as a fork bomb does, and was stopped; it was skipped" in result.notes, result.notes
     # Two looks a second apart once the limit is reached, one try: far from the 30 s cell limit, let alone two of them.
     assert seconds < 20, f"grading took {seconds:.0f} s"
 
@@ -88,21 +88,45 @@ def test_an_answer_that_holds_the_process_limit_costs_its_item_and_the_next_item
     (tmp_path / "work").mkdir()
     bomb, after = harness.grade(plan, tmp_path / "work", SMALL_PROCESS_LIMIT).items
     assert bomb.outcome == Outcome.CRASHED and bomb.message == (
-        "your code started processes until it held its limit of 160 processes and threads, as a fork bomb does, and was stopped"), bomb
+        "your code started 144 processes or more, as a fork bomb does, and was stopped"), bomb
     assert bomb.seconds < 15, bomb
     assert after.outcome == Outcome.PASSED, after
 
 
-def test_honest_threads_below_the_share_are_never_stopped(monkeypatch):
-    """The watch stops a tree at PROCESS_LIMIT_SHARE of the limit at two looks in a row, never on one look or below it."""
-    counts = iter([1400, 100, 1300, 1400, 1500])
-    monkeypatch.setattr(harness, "threads_in_trees", lambda roots: next(counts))
+# Forks a few hundred sleeping children, then waits: far below its process limit, as a bomb whose forks fail for memory first.
+FORKS_A_FEW_HUNDRED = """
+import os, time
+for _ in range(300):
+    if os.fork() == 0:
+        time.sleep(3600)
+        os._exit(0)
+time.sleep(3600)
+"""
+
+
+@needs_a_contained_sandbox
+def test_a_cell_that_starts_hundreds_of_processes_below_its_limit_is_stopped_at_once(tmp_path):
+    (tmp_path / "work").mkdir()
+    limits = sandbox.Limits(cell_seconds=30, item_seconds=30, notebook_seconds=120, memory_bytes=4 * 1024**3)
+    assert limits.processes * harness.PROCESS_LIMIT_SHARE > 300 > harness.FORK_BOMB_PROCESSES
+    started = time.monotonic()
+    result = harness.grade(_plan(FORKS_A_FEW_HUNDRED + "ANSWER = 42\n"), tmp_path / "work", limits)
+    seconds = time.monotonic() - started
+    assert "your code cell 1 started 256 processes or more, as a fork bomb does, and was stopped; it was skipped" in result.notes, result.notes
+    assert seconds < 20, f"grading took {seconds:.0f} s"
+
+
+def test_honest_processes_below_the_threshold_are_never_stopped(monkeypatch):
+    """The watch stops a tree holding FORK_BOMB_PROCESSES processes at two looks in a row, never on one look or below it."""
+    counts = iter([300, 100, 255, 256, 1300])
+    monkeypatch.setattr(harness, "processes_in_trees", lambda roots: next(counts))
     monkeypatch.setattr(harness, "WATCH_SECONDS", 0.0)
     watch = harness.ProcessWatch(lambda: [1], 1536)
-    for _ in range(4):  # 1400 (at the share), 100, 1300 (below it), 1400: one look at a time
+    assert watch.threshold == harness.FORK_BOMB_PROCESSES == 256
+    for _ in range(4):  # 300 (above it), 100, 255 (below it), 256: one look at a time
         watch.look()
-    with pytest.raises(harness.ProcessLimitReached):
-        watch.look()  # 1500: the second look in a row
+    with pytest.raises(harness.ForkBombStopped):
+        watch.look()  # 1300: the second look in a row
 
 
 def _graded_with_a_log(tmp_path, test_source: str, student_cell: str = "def answer():\n    return 42\n"):

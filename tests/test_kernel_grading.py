@@ -467,9 +467,11 @@ VARIANTS_08 = {
         "    def forward(self, x):\n        labels = data.load_digits('test')[1]\n"
         "        return F.one_hot(labels, 10).float() * self.scale if len(x) == len(labels) else torch.zeros(len(x), 10) * self.scale\n"
     ), "test_digits_cnn", "right on"),
-    # Right, and too slow: the budget is the grader's, on its clock.
+    # Right, and too slow: the budget is the grader's, on its clock. The sleep outlasts the budget however busy the
+    # machine is (the clock stretches a wall second by at most clock.MAX_SLOWDOWN): a 30 s sleep counted as under
+    # 10 quiet-machine seconds, and passed, beside a second full test run.
     "trains_too_slowly": ("train_digits",
-                          lambda given: "import time\n\n" + given.replace("    model.eval()\n", "    time.sleep(30)\n    model.eval()\n"),
+                          lambda given: "import time\n\n" + given.replace("    model.eval()\n", "    time.sleep(3600)\n    model.eval()\n"),
                           "test_digits_cnn", "ran past its budget"),
     # Gradients computed, parameters never updated.
     "no_optimizer_step": ("fast_train_step", lambda given: given.replace("        optimizer.step()\n", "        pass\n"),
