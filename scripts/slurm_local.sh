@@ -11,6 +11,9 @@ CONF=/etc/slurm/slurm.conf
 start() {
     command -v slurmctld >/dev/null || { echo "slurm_local: no slurmctld: apt-get install slurm-wlm munge" >&2; exit 1; }
     mkdir -p "$STATE/ctld" "$STATE/d" /etc/slurm /run/munge
+    # One start at a time: two at once (two test runs on one machine) both found no munged and both started one.
+    exec 9>"$STATE/start.lock"
+    flock 9
     local host cpus memory
     host=$(hostname -s)
     cpus=$(nproc)

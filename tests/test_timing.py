@@ -192,10 +192,26 @@ def test_a_block_of_large_inputs_stays_under_the_byte_budget(monkeypatch):
     def instant(x):
         return x
 
-    def counting_block(fn, inputs):
+    def counting_block(fn, inputs, charge_cpu_time=False):
         seen.append(len(inputs))
         return 1e-6 * len(inputs), [fn(*args) for args in inputs]
 
     monkeypatch.setattr(timing, "_timed_block", counting_block)
     timing.compare_speed(instant, instant, lambda: (torch.empty(2 * 1024**2),), rounds=2)
     assert max(seen) == 8, seen  # 64 MB / 8 MB
+
+
+def test_charging_cpu_time_leaves_out_waiting_and_keeps_work():
+    """charge_cpu_time: a block is charged the lesser of wall and CPU time, so time spent off a core (a busy
+    machine's wait for one, or a sleep, which is why it is for pure computation only) is not charged; work is."""
+    def waits(seconds):
+        time.sleep(seconds)
+
+    def works(seconds):
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+
+    assert timing._timed_block(waits, [(0.05,)])[0] >= 0.05
+    assert timing._timed_block(waits, [(0.05,)], charge_cpu_time=True)[0] < 0.01
+    assert timing._timed_block(works, [(0.05,)], charge_cpu_time=True)[0] >= 0.05
