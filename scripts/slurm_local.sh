@@ -41,9 +41,10 @@ NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONFIG
     chown munge:munge /run/munge
-    pgrep -x munged >/dev/null || su -s /bin/sh munge -c "munged"
-    pgrep -x slurmctld >/dev/null || slurmctld
-    pgrep -x slurmd >/dev/null || slurmd
+    # The daemons must not inherit the lock (9>&-), or they would hold it for as long as they run.
+    pgrep -x munged >/dev/null || su -s /bin/sh munge -c "munged" 9>&-
+    pgrep -x slurmctld >/dev/null || slurmctld 9>&-
+    pgrep -x slurmd >/dev/null || slurmd 9>&-
     for _ in $(seq 60); do
         if sinfo -h -o "%T" 2>/dev/null | grep -qE "^(idle|mixed|allocated)"; then
             sinfo
