@@ -129,7 +129,7 @@ def assert_speedup(result: SpeedResult, required: float, *, name: str = "speedup
 def assert_measured_speedup(measure, required: float, *, name: str = "speedup", attempts: int = 2) -> None:
     """``measure()`` (a :func:`~gpucourse.timing.compare_speed` call) reaches ``required``, in one of ``attempts`` measurements.
 
-    For an item whose margin is thin on a CPU (fusion gains 1.7-2.3x there, against 1.3x needed): a burst of
+    For an item whose margin is thin on a CPU (fusion gains 1.5-2.4x there, against 1.2x needed): a burst of
     load on a shared machine must not cost it where nothing measures again (plain nbgrader, a notebook).
     """
     for attempt in range(1, attempts + 1):

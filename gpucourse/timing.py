@@ -194,7 +194,7 @@ def compare_speed(
     Nine rounds by default: fresh inputs and the checks of every output cost more than the
     timed calls themselves (module 06: 11 s of an item's 12 at fifteen rounds), and the items
     that use the default kept their margins at nine (the thinnest, 06's fused tail, measured
-    1.9-2.0× against 1.3×, and is measured again when short: ``check.assert_measured_speedup``).
+    1.5-2.0× against 1.2×, and is measured again when short: ``check.assert_measured_speedup``).
     ``baseline_inputs(*inputs)``, when given, turns the candidate's inputs into the
     baseline's (the same data in another layout, say), outside the timed region.
     ``charge_cpu_time``: on a CPU, each block is charged the lesser of its wall time and this process's

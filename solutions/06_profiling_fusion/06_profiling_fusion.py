@@ -142,7 +142,7 @@ for label, fn, args in [
 # - the values, on fresh inputs of several shapes and both dtypes (2 points);
 # - the ops of one call, counted by the grader's own profiler (1 point): at most `MAX_TAIL_OPS` ATen ops, where the eager chain runs 4 plus the conversion of the Python float.
 #   In your notebook the test counts them with your `count_ops`; when graded, your answer cell is run in a fresh process with only this notebook's setup cells, and counted there. So keep this answer cell to torch operations, `math` and `torch.compile` (no other imports, no state kept between calls); it is checked before it runs, and the message says which line is not allowed.
-# - the speed, on fresh 4096 × 1024 float32 inputs (2 points): at least 1.3× faster than `tail_eager` on a CPU (the reference solution, compiled, measured 1.6-2.4× on a 2-core CPU, one thread, in this notebook and under the grader: the GELU's erf costs the same fused or not, the passes over memory are what fusion saves), and 2× on a GPU. Compilation happens in the untimed warm-up call.
+# - the speed, on fresh 4096 × 1024 float32 inputs (2 points): at least 1.2× faster than `tail_eager` on a CPU (the reference solution, compiled, measured 1.5-2.4× on 2-core CPUs, one thread, in this notebook and under the grader, and 1.29× in a notebook beside other heavy work: the GELU's erf costs the same fused or not, the passes over memory are what fusion saves), and 2× on a GPU. Compilation happens in the untimed warm-up call.
 #   The GPU threshold is modelled, not yet measured (`gpucourse.thresholds`: 10 passes over memory down to 3, about 3.4× on every card in `gpu_specs`: V100, T4, A100, L4, H100, H200); `scripts/gpu_check.sh` will calibrate it on the first GPU run.
 #
 # The answer cell below starts empty; its shape is
@@ -205,9 +205,9 @@ assert total <= MAX_TAIL_OPS, f"fused_tail ran {total} ATen ops ({ops}); at most
 print(f"fused_tail: {total} ATen op(s) in one call {ops}")
 
 # %% nbgrader={"grade_id": "test_fused_tail_speed", "grade": true, "points": 2}
-"""fused_tail is 1.3x faster than tail_eager on fresh 4096 x 1024 float32 inputs (2x on a GPU)."""
+"""fused_tail is 1.2x faster than tail_eager on fresh 4096 x 1024 float32 inputs (2x on a GPU)."""
 # On a GPU the threshold is modelled, not yet measured (gpucourse.thresholds.fused_tail_speed); scripts/gpu_check.sh calibrates it.
-SPEEDUP_NEEDED = {"cpu": 1.3, "cuda": 2.0}
+SPEEDUP_NEEDED = {"cpu": 1.2, "cuda": 2.0}
 if gpucourse.device_class() == "cuda":
     print(thresholds.describe("test_fused_tail_speed", SPEEDUP_NEEDED["cuda"]))
 args = tail_inputs(4096, 1024)
