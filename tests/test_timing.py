@@ -207,11 +207,11 @@ def test_charging_cpu_time_leaves_out_waiting_and_keeps_work():
     def waits(seconds):
         time.sleep(seconds)
 
-    def works(seconds):
-        end = time.process_time() + seconds
-        while time.process_time() < end:
+    def works(seconds):  # this thread's own CPU time: other threads of the process cannot end it early
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
             pass
 
     assert timing._timed_block(waits, [(0.05,)])[0] >= 0.05
-    assert timing._timed_block(waits, [(0.05,)], charge_cpu_time=True)[0] < 0.01
+    assert timing._timed_block(waits, [(0.05,)], charge_cpu_time=True)[0] < 0.025  # other threads may run meanwhile
     assert timing._timed_block(works, [(0.05,)], charge_cpu_time=True)[0] >= 0.05
