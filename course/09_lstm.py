@@ -27,7 +27,6 @@ if "google.colab" in sys.modules:
 # %%
 import collections
 import inspect
-import os
 import time
 
 import matplotlib.pyplot as plt
@@ -40,7 +39,6 @@ from torch.profiler import ProfilerActivity, profile
 import gpucourse
 from gpucourse import plots, timing, widgets
 
-os.environ.setdefault("KINETO_LOG_LEVEL", "99")  # torch's profiler prints two log lines per profile otherwise
 dev = gpucourse.device()
 GPU = dev.type == "cuda"
 THREADS = 1  # the CPU timings use one thread, so they do not depend on what else runs on this machine

@@ -266,6 +266,16 @@ def output_errors(notebook: nbformat.NotebookNode) -> list:
     return [output for cell in notebook.cells for output in cell.get("outputs", []) if output.output_type == "error"]
 
 
+# A line of a C++ library's own log, as torch's profiler (Kineto) writes them: "USDT:2026-12-04 14:45:24 15660:15660 X.cpp:52] ..."
+LIBRARY_LOG_LINE = re.compile(r"^[A-Z]+:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+\.cpp:\d+\]", re.MULTILINE)
+
+
+def library_log_lines(notebook: nbformat.NotebookNode) -> list[str]:
+    """Lines a C++ library logged into a notebook's outputs (noise a student cannot act on)."""
+    return [match.group(0) for cell in notebook.cells for output in cell.get("outputs", [])
+            if output.output_type == "stream" for match in LIBRARY_LOG_LINE.finditer(output.text)]
+
+
 # --- Results shared between xdist workers --------------------------------------------------------
 
 

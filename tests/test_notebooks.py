@@ -19,6 +19,7 @@ from course_helpers import (
     assert_within_budget,
     execute_notebook,
     keep_executed,
+    library_log_lines,
     one_class_per_module,
     output_errors,
 )
@@ -51,6 +52,7 @@ class Lecture:
         keep_executed(notebook, path.name, f"course/{path.name}", seconds)
         assert_within_budget(path, seconds, meter)
         assert output_errors(notebook) == []
+        assert library_log_lines(notebook) == []
         too_wide = {f"cell {index}": width for index, width in figure_widths(notebook) if width > SHOWN_WIDTH_PX}
         assert too_wide == {}, f"figures wider than the {SHOWN_WIDTH_PX} px JupyterLab shows unscaled (px): {too_wide}"
 
