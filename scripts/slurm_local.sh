@@ -41,12 +41,12 @@ NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONFIG
     chown munge:munge /run/munge
-    # The daemons must not inherit the lock (9>&-), or they would hold it for as long as they run.
-    pgrep -x munged >/dev/null || su -s /bin/sh munge -c "munged" 9>&-
-    pgrep -x slurmctld >/dev/null || slurmctld 9>&-
-    pgrep -x slurmd >/dev/null || slurmd 9>&-
-    for _ in $(seq 60); do
-        if sinfo -h -o "%T" 2>/dev/null | grep -qE "^(idle|mixed|allocated)"; then
+    # Started again at each look: a daemon that was still shutting down (a stop just before) was
+    # found running at the first look and is gone at the next.
+    local deadline=$((SECONDS + 60))
+    while (( SECONDS < deadline )); do
+        start_missing_daemons
+        if timeout 10 sinfo -h -o "%T" 2>/dev/null | grep -qE "^(idle|mixed|allocated)"; then
             sinfo
             return 0
         fi
@@ -57,9 +57,23 @@ CONFIG
     exit 1
 }
 
+start_missing_daemons() {
+    # The daemons must not inherit the lock (9>&-), or they would hold it for as long as they run.
+    pgrep -x munged >/dev/null || su -s /bin/sh munge -c "munged" 9>&-
+    pgrep -x slurmctld >/dev/null || slurmctld 9>&-
+    pgrep -x slurmd >/dev/null || slurmd 9>&-
+}
+
 stop() {
     pkill -x slurmd || true
     pkill -x slurmctld || true
+    # Until they have exited (slurmctld saves its state first): a start right after must not find them still running.
+    for _ in $(seq 30); do
+        pgrep -x slurmd >/dev/null || pgrep -x slurmctld >/dev/null || return 0
+        sleep 1
+    done
+    echo "slurm_local: slurmd or slurmctld still running after 30 s" >&2
+    return 1
 }
 
 "${1:-start}"
