@@ -174,7 +174,10 @@ def require_isolation(allow_reduced: bool) -> str:
 
 
 def worker_environment(workdir: Path, threads: int) -> dict[str, str]:
+    from gpucourse.devices import LIBRARY_ENVIRONMENT  # here: importing gpucourse imports torch, which the sandbox's users need not
+
     env = {
+        **LIBRARY_ENVIRONMENT,
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
         "HOME": str(workdir),
         "TMPDIR": str(workdir),
