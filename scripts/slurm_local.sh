@@ -59,7 +59,12 @@ CONFIG
 
 start_missing_daemons() {
     # The daemons must not inherit the lock (9>&-), or they would hold it for as long as they run.
-    pgrep -x munged >/dev/null || su -s /bin/sh munge -c "munged" 9>&-
+    # munged is judged by a credential it signs, not by its name: one left running by a package since
+    # removed (or reinstalled) has lost its socket and key, and slurmd then fails to register.
+    if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+        pkill -x munged && sleep 1 || true
+        su -s /bin/sh munge -c "munged" 9>&-
+    fi
     pgrep -x slurmctld >/dev/null || slurmctld 9>&-
     pgrep -x slurmd >/dev/null || slurmd 9>&-
 }
