@@ -97,20 +97,32 @@ def middle_of(times):
     return times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2
 
 
-def check_median(seconds, spans, what, warmup=0):
+def timed_run(durations, *args, **kwargs):
+    """time_call on a fresh sleeper; also returns the moments just before time_call was called and just after it
+    returned, which bound where its first and last clock reads can lie."""
+    fn, calls, spans = sleeper(durations)
+    entered = time.perf_counter()
+    seconds = time_call(fn, *args, **kwargs)
+    return seconds, calls, spans, (entered, time.perf_counter())
+
+
+def pauses(spans, window):
+    """The time outside the calls: pauses[k] just before call k, and pauses[-1] after the last one."""
+    edges = [window[0], *(moment for span in spans for moment in span), window[1]]
+    return [later - earlier for earlier, later in zip(edges[::2], edges[1::2])]
+
+
+def check_median(seconds, spans, window, what, warmup=0):
     """``seconds`` is the median of the timed calls as a clock read around each call sees them. Each such time is
     at least the call's sleep, and at most its sleep plus the gaps before and after it, where your code read the
     clock (on a busy machine, or when a call reaches your code through another process, the gaps grow, and the
     bound with them), but never more than 60 ms plus the sleep: code of yours that waits between calls cannot
-    widen it further. Where no call comes before or after, the widest gap stands in; 2 ms more either way for
-    the clocks' resolution. The sleeps below put every other statistic (a middle time, the mean) 73 ms or
-    more from the median: outside these bounds."""
+    widen it further. Before the first call the gap starts when time_call was called, after the last it ends when
+    time_call returned (``window``); 2 ms more either way for the clocks' resolution. The sleeps below put every
+    other statistic (a middle time, the mean) 73 ms or more from the median: outside these bounds."""
     slept = [end - start for start, end in spans[warmup:]]
-    gaps = [later[0] - earlier[1] for earlier, later in zip(spans, spans[1:])]  # gaps[k]: between calls k and k + 1
-    widest = max(gaps, default=0.04)
-    before = [gaps[k - 1] if k > 0 else widest for k in range(warmup, len(spans))]
-    after = [gaps[k] if k < len(gaps) else widest for k in range(warmup, len(spans))]
-    around = [sleep + min(gap_before + gap_after, 0.06) for sleep, gap_before, gap_after in zip(slept, before, after)]
+    gaps = pauses(spans, window)
+    around = [sleep + min(gaps[k] + gaps[k + 1], 0.06) for k, sleep in enumerate(slept, start=warmup)]
     lowest, highest = middle_of(slept) - 0.002, middle_of(around) + 0.002
     assert isinstance(seconds, float), f"time_call should return a float, got {type(seconds).__name__}"
     if not lowest <= seconds <= highest:  # a timing failure: the grader measures the item once more before a 0
@@ -123,20 +135,16 @@ def undisturbed_run(durations, **kwargs):
     """time_call on a fresh sleeper, run again (five runs at most) while a pause before, between or after the calls
     reached 40 ms: there a busy machine lifts one middle time as far as the median, and no bound could tell them apart."""
     for _ in range(5):
-        fn, calls, spans = sleeper(durations)
-        called = time.perf_counter()
-        seconds = time_call(fn, **kwargs)
-        edges = [called, *(moment for span in spans for moment in span), time.perf_counter()]
-        if max(later - earlier for earlier, later in zip(edges[::2], edges[1::2])) < 0.04:
+        seconds, calls, spans, window = timed_run(durations, **kwargs)
+        if max(pauses(spans, window)) < 0.04:
             break
-    return seconds, spans
+    return seconds, spans, window
 
 
-fn, calls, spans = sleeper([0.1, 0.1, 0.1, 0.002, 0.002, 0.002])
-seconds = time_call(fn, "x", warmup=3, repeats=3)
+seconds, calls, spans, window = timed_run([0.1, 0.1, 0.1, 0.002, 0.002, 0.002], "x", warmup=3, repeats=3)
 assert len(calls) == 6, f"with warmup=3, repeats=3, fn should be called 6 times, was called {len(calls)} times"
 assert calls[0] == ("x",), f"fn should be called with the extra arguments: expected ('x',), got {calls[0]}"
-check_median(seconds, spans, "warm-up calls slept 0.1 s and are not timed", warmup=3)
+check_median(seconds, spans, window, "warm-up calls slept 0.1 s and are not timed", warmup=3)
 
 fn, calls, spans = sleeper([0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001])
 time_call(fn)
@@ -144,14 +152,13 @@ assert len(calls) == 13, f"by default (warmup=3, repeats=10) fn should be called
 
 # An even number of repeats: 2, 10, 200 and 500 ms once sorted, so the median is (10 + 200) / 2 = 105 ms; the
 # lower middle (10 ms) and the upper (200 ms) are 95 ms away, the mean (178 ms) 73 ms: all far outside the bounds.
-seconds, spans = undisturbed_run([0.2, 0.002, 0.5, 0.01], warmup=0, repeats=4)
-check_median(seconds, spans, "an even number of repeats: the median is the mean of the two middle ones")
+seconds, spans, window = undisturbed_run([0.2, 0.002, 0.5, 0.01], warmup=0, repeats=4)
+check_median(seconds, spans, window, "an even number of repeats: the median is the mean of the two middle ones")
 ### BEGIN HIDDEN TESTS
 # The median, not the mean: one slow outlier among five repeats must not move it (the mean is 82 ms).
-fn, calls, spans = sleeper([0.002, 0.002, 0.002, 0.4, 0.002, 0.002])
-seconds = time_call(fn, warmup=1, repeats=5)
+seconds, calls, spans, window = timed_run([0.002, 0.002, 0.002, 0.4, 0.002, 0.002], warmup=1, repeats=5)
 assert len(calls) == 6, f"warmup=1, repeats=5 should call fn 6 times, got {len(calls)}"
-check_median(seconds, spans, "the median of 5 times, one of them 400 ms", warmup=1)
+check_median(seconds, spans, window, "the median of 5 times, one of them 400 ms", warmup=1)
 
 # No warm-up at all, one repeat, keyword and positional arguments passed through.
 fn, calls, spans = sleeper([0.02])
@@ -161,8 +168,8 @@ assert isinstance(seconds, float) and spans[0][1] - spans[0][0] - 0.002 <= secon
 
 # Six repeats (1, 2, 10, 200, 210, 700 ms once sorted): the mean of the two middle times, (10 + 200) / 2 = 105 ms;
 # the lower middle (10), the upper middle (200) and the mean of all (187) are each 80 ms or more away from it.
-seconds, spans = undisturbed_run([0.2, 0.7, 0.001, 0.21, 0.01, 0.002], warmup=0, repeats=6)
-check_median(seconds, spans, "median of 6 times")
+seconds, spans, window = undisturbed_run([0.2, 0.7, 0.001, 0.21, 0.01, 0.002], warmup=0, repeats=6)
+check_median(seconds, spans, window, "median of 6 times")
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade_id": "test_time_call_sync", "grade": true, "points": 1} tags=["requires-gpu"]
