@@ -44,6 +44,21 @@ def paused_before_first_call(statistic):
         "        time.sleep(0 if times else 0.035)\n        sync()\n        start = time.perf_counter()\n", 1)
 
 
+# Attacks on the test's own evidence from inside time_call, each returning the lower middle: rewrite the sleeper's
+# record of its calls (reached through fn's closure) so that they agree with it, or replace the test's check_median
+# with one that passes everything. The test's namespace and its sleeper are out of the answer's reach.
+FORGED_SPANS = """    result = float(torch.median(torch.tensor(times)))
+    for cell in getattr(fn, "__closure__", None) or ():
+        value = cell.cell_contents
+        if isinstance(value, list) and value and isinstance(value[0], tuple):
+            value[:] = [(start, start + result) for start, _ in value]
+    return result
+"""
+DISARMED_CHECK = """    globals()["check_median"] = lambda *args, **kwargs: None
+    return float(torch.median(torch.tensor(times)))
+"""
+
+
 # Right for every new shape, then the first result of that shape forever after.
 CACHE_BY_SHAPE_01 = """
 _kept = {}
@@ -103,6 +118,10 @@ VARIANTS = {
         "float(sorted(times)[len(times) // 2])"), {"test_time_call": EVEN_MEDIAN}),
     "time_call_mean_paused_before_first_call": ("01_gpu_basics", "time_call", paused_before_first_call(
         "float(sum(times) / len(times))"), {"test_time_call": EVEN_MEDIAN}),
+    "time_call_forged_spans": ("01_gpu_basics", "time_call", lambda given: given.replace("    return float(median)\n", FORGED_SPANS, 1),
+                               {"test_time_call": EVEN_MEDIAN}),
+    "time_call_disarmed_check": ("01_gpu_basics", "time_call", lambda given: given.replace("    return float(median)\n", DISARMED_CHECK, 1),
+                                 {"test_time_call": EVEN_MEDIAN}),
     "time_call_upper_middle": ("01_gpu_basics", "time_call", median_as("float(sorted(times)[len(times) // 2])"),
                                {"test_time_call": EVEN_MEDIAN}),
     "time_call_statistics_median": ("01_gpu_basics", "time_call", median_as("float(statistics.median(times))"),
