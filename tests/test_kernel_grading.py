@@ -587,8 +587,10 @@ VARIANTS_10 = {
                                "test_train_ring", "needed"),
 }
 # Each module's answers: (answer cell, code or an edit of the reference's, the items it feeds, reason).
-# A wrong answer (a reason) must fail exactly those items, each message holding the reason; a correct
-# one (reason None) must pass them all.
+# A wrong answer (a reason) must fail exactly those items, each message holding the reason (a dict gives
+# each item its own); a correct one (reason None) must pass them all. An answer that replaces several cells
+# at once (the standard answers of docs/authoring.md §5: the locked baseline, a do-nothing answer, a hand-set
+# one) gives a tuple of cells and a tuple of codes, one per cell.
 VARIANTS = {"02_architecture": VARIANTS_02, "03_coalescing": VARIANTS_03, "04_divergence": VARIANTS_04, "05_streams": VARIANTS_05,
             "06_profiling_fusion": VARIANTS_06, "07_ml_compilation": VARIANTS_07, "08_cnn": VARIANTS_08, "09_lstm": VARIANTS_09,
             "10_gan": VARIANTS_10}
@@ -613,11 +615,26 @@ def _grade(assignment, student_nb, tmp_path, only):
 
 
 def _with_answer(assignment, grade_id, code):
+    if isinstance(grade_id, tuple):  # several answer cells replaced at once
+        assert isinstance(code, tuple) and len(code) == len(grade_id), "give one code per replaced cell"
+        notebook = None
+        for one_id, one_code in zip(grade_id, code):
+            notebook = _with_answer(assignment, one_id, one_code) if notebook is None else _replaced(notebook, assignment, one_id, one_code)
+        return notebook
     if not callable(code):  # a whole answer: keep the launcher the reference's cell also gives
         given = nbformat.read(source(assignment), as_version=4)
         [cell] = [c for c in given.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
         code += "".join(f"\n\n{line}" for line in cell.source.split("\n\n")[1:] if line.startswith("def run_"))
     return reference_answered(assignment, grade_id, code)
+
+
+def _replaced(notebook, assignment, grade_id, code):
+    """``notebook`` with one more answer cell replaced, as _with_answer replaces the first."""
+    answered = _with_answer(assignment, grade_id, code)
+    [new_cell] = [c for c in answered.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+    [cell] = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+    cell.source = new_cell.source
+    return notebook
 
 
 def pytest_generate_tests(metafunc):
@@ -634,9 +651,9 @@ class Answers:
         assignment = self.module
         cell, code, items, reason = VARIANTS[assignment][variant]
         items = items if isinstance(items, tuple) else (items,)
-        untouched = next(item for item in UNTOUCHED_ITEMS[assignment] if item not in items)
+        untouched = [item for item in UNTOUCHED_ITEMS[assignment] if item not in items][:1]  # none where it feeds them all
         # Only the items this answer feeds are graded (the reference's grading covers the rest), plus one it cannot touch.
-        only = {*items, untouched}
+        only = {*items, *untouched}
         result = _grade(assignment, _with_answer(assignment, cell, code), tmp_path, only=only)
         assert {item.grade_id for item in result.items} == only
         failed = {item.grade_id: item.message for item in result.items if item.outcome not in ("passed", "needs_gpu")}
@@ -644,7 +661,9 @@ class Answers:
             assert failed == {}, "a correct answer lost points"
         else:
             assert sorted(failed) == sorted(items), failed
-            assert all(reason in failed[item] for item in items), failed
+            reasons = reason if isinstance(reason, dict) else dict.fromkeys(items, reason)
+            assert sorted(reasons) == sorted(items), "give a reason for every item the answer feeds"
+            assert all(reasons[item] in failed[item] for item in items), failed
 
 
 one_class_per_module(Answers, sorted(VARIANTS), globals())
