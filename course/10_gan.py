@@ -426,7 +426,8 @@ for name, fused in (("GradScaler + Adam", False), ("GradScaler + Adam(fused=True
 # Steps per second of `gan_steps` on this notebook's device, each variant on fresh networks, each measured after a warm-up (the first compiled call compiles, and is timed apart):
 
 # %%
-bf16_ok = torch.cuda.is_bf16_supported() if GPU else torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+# including_emulation=False: a T4 or V100 has no bfloat16 units, and by default torch says yes there too (it emulates them)
+bf16_ok = torch.cuda.is_bf16_supported(including_emulation=False) if GPU else torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 variants = {"float32": (ring_gan(device=dev), {})}
 if bf16_ok:
     variants["autocast bfloat16"] = (ring_gan(device=dev), dict(precision=torch.bfloat16))

@@ -17,20 +17,22 @@ from torch import nn
 RING_MODES, RING_RADIUS, RING_STD = 8, 2.0, 0.05
 
 
-def ring_centers(modes: int = RING_MODES, radius: float = RING_RADIUS, *, dtype=torch.float32, device=None) -> torch.Tensor:
-    """(modes, 2): the centres of the ring's Gaussians, evenly spaced on a circle of ``radius``."""
+def ring_centers(modes: int = RING_MODES, radius: float = RING_RADIUS, *, center=(0.0, 0.0), dtype=torch.float32, device=None) -> torch.Tensor:
+    """(modes, 2): the centres of the ring's Gaussians, evenly spaced on a circle of ``radius`` around ``center``."""
     if modes < 1:
         raise ValueError(f"a ring needs at least one mode, got {modes}")
     angles = torch.arange(modes, dtype=torch.float64) * (2 * math.pi / modes)
-    return torch.stack([angles.cos(), angles.sin()], dim=1).mul(radius).to(dtype=dtype, device=device)
+    circle = torch.stack([angles.cos(), angles.sin()], dim=1).mul(radius)
+    return (circle + torch.tensor(center, dtype=torch.float64)).to(dtype=dtype, device=device)
 
 
 def sample_ring(n: int, *, generator: torch.Generator | None = None, modes: int = RING_MODES, radius: float = RING_RADIUS,
-                std: float = RING_STD, device=None) -> torch.Tensor:
+                std: float = RING_STD, center=(0.0, 0.0), device=None) -> torch.Tensor:
     """(n, 2) points from the ring: a mode chosen uniformly, plus Gaussian noise of ``std`` (made on the
-    CPU with ``generator``, so a seed gives the same points on every device, then moved to ``device``)."""
+    CPU with ``generator``, so a seed gives the same points on every device, then moved to ``device``).
+    ``modes``, ``radius``, ``std`` and ``center`` describe the ring (module 10's grader draws them)."""
     which = torch.randint(modes, (n,), generator=generator)
-    points = ring_centers(modes, radius)[which] + std * torch.randn(n, 2, generator=generator)
+    points = ring_centers(modes, radius, center=center)[which] + std * torch.randn(n, 2, generator=generator)
     return points.to(device)
 
 

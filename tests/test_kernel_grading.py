@@ -538,6 +538,32 @@ VARIANTS_09 = {
     "bilstm_on_lstm_forward": ("bilstm_forward", lambda given: given.replace("lstm_forward_fast(", "lstm_forward("), "test_bilstm_forward", None),
 }
 STEP_ITEMS = ("test_train_step", "test_train_step_no_syncs")
+# A ring_generator() whose weights put every sample on one of the centres given (the sign of z[0], z[1], z[2] picks one of
+# 8 corners, steep ReLUs make each corner's indicator, the last layer maps indicators to centres): no training at all.
+HAND_SET_RING = """def hand_set_generator(centers, std=0.0):
+    G = ring_generator()
+    with torch.no_grad():
+        for layer in (G[0], G[2], G[4]):
+            layer.weight.zero_()
+            layer.bias.zero_()
+        for i in range(3):  # units 4i..4i+3: relu(cz), relu(cz - 1), relu(-cz), relu(-cz - 1) with a steep c
+            for j, (sign, shift) in enumerate([(1, 0), (1, -1), (-1, 0), (-1, -1)]):
+                G[0].weight[4 * i + j, i] = 1000.0 * sign
+                G[0].bias[4 * i + j] = shift
+        for k in range(len(centers)):  # indicator of corner k: the three clamped signs summed, minus 2
+            for i in range(3):
+                bit = (k >> i) & 1
+                G[2].weight[k, 4 * i + (0 if bit else 2)] = 1.0
+                G[2].weight[k, 4 * i + (1 if bit else 3)] = -1.0
+            G[2].bias[k] = -2.0
+            G[4].weight[:, k] = centers[k]
+        for axis in range(2):  # the noise: z[3] and z[4] passed through (relu(z) - relu(-z)), times std
+            for j, sign in enumerate((1.0, -1.0)):
+                G[0].weight[12 + 2 * axis + j, 3 + axis] = sign
+                G[2].weight[16 + 2 * axis + j, 12 + 2 * axis + j] = 1.0
+                G[4].weight[axis, 16 + 2 * axis + j] = sign * std
+    return G
+"""
 VARIANTS_10 = {
     # The seed's Sigmoid then BCE: right for moderate logits; far out the sigmoid rounds to 0 or 1 and BCE clamps its log at -100.
     "sigmoid_then_bce": ("gan_losses", (
@@ -575,16 +601,66 @@ VARIANTS_10 = {
     "recomputes_the_fake": ("train_step", lambda given: given.replace("D(fake))  # D updated", "D(G(z)))  # D updated"), STEP_ITEMS, None),
     # A "generator" that samples the true ring, no training: the grader samples its own ring_generator(), and these weights do not fit one.
     "samples_the_true_ring": ("train_ring", (
-        "class TrueRing(nn.Module):\n    def forward(self, z):\n        return gan.sample_ring(len(z))\n\n\n"
-        "def train_ring(steps, seed):\n    return TrueRing(), torch.zeros(steps, 2)\n"
+        "class TrueRing(nn.Module):\n    def __init__(self, ring):\n        super().__init__()\n        self.ring = ring\n\n"
+        "    def forward(self, z):\n        return gan.sample_ring(len(z), **self.ring)\n\n\n"
+        "def train_ring(steps, seed, ring):\n    return TrueRing(ring), torch.zeros(steps, 2)\n"
     ), "test_train_ring", "is not a ring_generator()"),
     # The same, behind a real ring_generator() whose forward is replaced: the grader's copy has only its untrained weights.
     "replaced_forward": ("train_ring", (
-        "def train_ring(steps, seed):\n    G = ring_generator()\n    G.forward = lambda z: gan.sample_ring(len(z))\n    return G, torch.zeros(steps, 2)\n"
-    ), "test_train_ring", "covers 0 of the 8 modes"),
+        "def train_ring(steps, seed, ring):\n    G = ring_generator()\n    G.forward = lambda z: gan.sample_ring(len(z), **ring)\n"
+        "    return G, torch.zeros(steps, 2)\n"
+    ), "test_train_ring", "covers 0 of the ring's"),
     # Too little training, whatever steps asks for: half-formed modes.
     "trains_a_hundred_steps": ("train_ring", lambda given: given.replace("    for step in range(steps):\n", "    for step in range(min(steps, 100)):\n"),
                                "test_train_ring", "needed"),
+    # Issue 45: a generator with hand-set weights, no training, a zero history, every sample on a centre of the ring it is given:
+    # every mode covered, 100% within reach (it scored 4/4 on the fixed ring before); now the spread of its modes is 0.
+    "hand_set_on_the_given_ring": ("train_ring", HAND_SET_RING + "\n\ndef train_ring(steps, seed, ring):\n"
+                                   "    centers = gan.ring_centers(ring['modes'], ring['radius'], center=ring['center'])\n"
+                                   "    return hand_set_generator(centers), torch.zeros(steps, 2)\n",
+                                   "test_train_ring", "the spread of G's modes"),
+    # The same with each mode's Gaussian noise hand-set too (z[3], z[4] times the ring's std): the ring's own distribution, but
+    # from the first step on; a GAN after a few steps is nowhere near the ring, so the early check catches it.
+    "hand_set_mixture": ("train_ring", HAND_SET_RING + "\n\ndef train_ring(steps, seed, ring):\n"
+                         "    centers = gan.ring_centers(ring['modes'], ring['radius'], center=ring['center'])\n"
+                         "    return hand_set_generator(centers, ring['std']), torch.zeros(steps, 2)\n",
+                         "test_train_ring", "already follows the ring"),
+    # Issue 45: no host read in the step's own lines, but library ops that synchronise: torch.where(mask) is a nonzero, F.one_hot
+    # without num_classes reads the largest class, a copy into a buffer made without a device goes to the host. Each gained
+    # the 2 points before (the counter listed Python methods only); the dispatcher sees them now.
+    "where_of_a_mask": ("train_step", lambda given: given.replace("    opt_d.step()\n", "    opt_d.step()\n    big = torch.where(fake > 1e9)\n"),
+                        "test_train_step_no_syncs", "nonzero (its size depends on the values)"),
+    "one_hot_without_num_classes": ("train_step", lambda given: given.replace(
+        "    opt_d.step()\n", "    opt_d.step()\n    classes = F.one_hot(torch.zeros(1, dtype=torch.long, device=real.device))\n"),
+        "test_train_step_no_syncs", "a value read on the host"),
+    "copies_into_a_host_buffer": ("train_step", lambda given: given.replace(
+        "    opt_d.step()\n", "    opt_d.step()\n    log = torch.zeros(2, dtype=real.dtype)\n    log[0].copy_(d_loss.detach())\n"),
+        "test_train_step_no_syncs", "a copy to the host (copy_)"),
+    # The standard answers (docs/authoring.md §5). The locked baseline: seed_train_step's body as train_step (floats, two .item()s).
+    # train_ring has no locked baseline; fast_train_loop's (seed_train_loop) is graded on a GPU only (its CPU check, the float32
+    # trajectory and no host reads, runs in plain nbgrader and the notebook, where the seed loop's .item()s fail it).
+    "standard_baseline": ("train_step", (
+        "def train_step(G, D, opt_g, opt_d, real, z):\n    fake = G(z)\n    opt_d.zero_grad()\n"
+        "    d_loss = F.binary_cross_entropy(torch.sigmoid(D(real)), torch.ones(len(real), 1, dtype=real.dtype, device=real.device)) \\\n"
+        "        + F.binary_cross_entropy(torch.sigmoid(D(fake.detach())), torch.zeros(len(fake), 1, dtype=real.dtype, device=real.device))\n"
+        "    d_loss.backward()\n    opt_d.step()\n    opt_g.zero_grad()\n"
+        "    g_loss = F.binary_cross_entropy(torch.sigmoid(D(fake)), torch.ones(len(fake), 1, dtype=real.dtype, device=real.device))\n"
+        "    g_loss.backward()\n    opt_g.step()\n    return d_loss.item(), g_loss.item()\n"
+    ), STEP_ITEMS, {"test_train_step": "a tensor on the device", "test_train_step_no_syncs": "host read"}),
+    # Do nothing: a step that returns zero losses and trains nothing; an untrained generator and a zero history.
+    "standard_do_nothing": (("train_step", "train_ring"), (
+        "def train_step(G, D, opt_g, opt_d, real, z):\n    return torch.zeros((), dtype=real.dtype, device=real.device), "
+        "torch.zeros((), dtype=real.dtype, device=real.device)\n",
+        "def train_ring(steps, seed, ring):\n    torch.manual_seed(seed)\n    return ring_generator(), torch.zeros(steps, 2)\n",
+    ), (*STEP_ITEMS, "test_train_ring"), {"test_train_step": "the seed's step gives", "test_train_step_no_syncs": "the seed's step gives",
+                                           "test_train_ring": "G covers"}),
+    # Hand-set: the generator built for the visible test's ring (draw_ring(0)), ignoring the ring it is given; and, for the
+    # visible sizes of mode_coverage, its expected answer typed in. The grader trains on a ring of its own.
+    "standard_hand_set": (("mode_coverage", "train_ring"), (
+        "def mode_coverage(samples, centers, radius):\n    return (3, 1.0) if len(samples) == 500 else (1, 2 / 3)\n",
+        HAND_SET_RING + "\n\ndef train_ring(steps, seed, ring):\n    visible = draw_ring(0)\n"
+        "    return hand_set_generator(gan.ring_centers(visible['modes'], visible['radius'], center=visible['center'])), torch.zeros(steps, 2)\n",
+    ), ("test_mode_coverage", "test_train_ring"), {"test_mode_coverage": "expected", "test_train_ring": "G covers"}),
 }
 # Each module's answers: (answer cell, code or an edit of the reference's, the items it feeds, reason).
 # A wrong answer (a reason) must fail exactly those items, each message holding the reason (a dict gives

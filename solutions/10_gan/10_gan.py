@@ -2,7 +2,7 @@
 # # Assignment 10: GANs — stable losses, measured mode coverage, a training step without host syncs, a ring GAN trained well
 #
 # This assignment checks the ideas of lecture 10 (`course/10_gan.ipynb`).
-# You will write the GAN losses from logits so that they stay finite, a measure of mode collapse, a training step that never makes the host wait for the device, a ring GAN that covers its modes within a CPU time budget, and a fast mixed-precision training loop for a GPU.
+# You will write the GAN losses from logits so that they stay finite, a measure of mode collapse, a training step that never makes the host wait for the device, a ring GAN that learns a ring the grader draws, within a CPU time budget, and a fast mixed-precision training loop for a GPU.
 #
 # How it works:
 # - Write your code where a cell says `raise NotImplementedError(...)`; delete that line.
@@ -10,7 +10,7 @@
 # - Grading reruns every test cell, plus hidden tests with other shapes, seeds and edge cases.
 # - Everything but one item runs on a CPU; the fast loop's speed item waits for a GPU regrade.
 #
-# When graded, each training answer runs in a fresh process that holds only this notebook's setup cells and the answer cells it needs, and the grader measures what it returns itself: it counts the host reads of your `train_step` there, and samples your ring generator in its own process.
+# When graded, each training answer runs in a fresh process that holds only this notebook's setup cells and the answer cells it needs, and the grader measures what it returns itself: it counts the host reads of your `train_step` there, compares your fast loop's trajectory with the seed's, and samples your ring generator in its own process, against a ring it draws when it grades.
 #
 # Points: 15 autograded (2 of them on a GPU), 1 graded by hand.
 
@@ -190,7 +190,7 @@ check_coverage(far, ring, 0.2, mode_coverage(far, ring, 0.2))
 #
 # Graded, each where only the setup cells and your answer cells ran (your `train_step` and `gan_losses` cells are checked first to be torch operations only, as module 09 checks its answers; so call torch's functions directly, with no aliases such as `bce = F.binary_cross_entropy_with_logits`, no `with` blocks and no classes in those two cells, and the test cell names the line it refuses):
 # - the parameters of G and D after one step match `seed_train_step`'s from the same models, optimizers and batch, in float64, and the returned losses match the floats it returns (2 points);
-# - no host reads (2 points): the grader counts every read of a tensor's value on the host during one call (in float64, and in float32 as training runs), with `gpucourse.syncs.count_host_reads()` (`.item()`, `float()`, `bool()` and a Python `if` on a tensor, `print`, f-strings, `tolist`, `numpy`, boolean-mask indexing, `nonzero`, ...), and needs 0; the optimizers' own step counts live on the host and are not counted.
+# - no host reads (2 points): the grader counts everything that makes the host wait for the device during one call (in float64, and in float32 as training runs), with `gpucourse.syncs.count_host_reads()`, and needs 0: `.item()`, `float()`, `bool()` and a Python `if` on a tensor, `print`, f-strings, `tolist`, `numpy`, copies to the host (`.cpu()`, into a tensor made without a device) and blocking copies from it (`torch.ones(n, 1).to(real.device)`: make such tensors on the device, `torch.ones_like`), and ops whose output size depends on the values (boolean-mask indexing and assignment, `nonzero`, `torch.where(mask)`, `bincount`, `F.one_hot` without `num_classes`, ...), seen where torch dispatches its ops, inside library functions too; the optimizers' own step counts live on the host and are not counted.
 #
 # Try it: `with syncs.count_host_reads() as reads: train_step(...)`, then `print(reads)`.
 #
@@ -313,36 +313,50 @@ assert reads == [], f"train_step made {len(reads)} host read(s), each a host syn
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Question 4: a ring GAN that covers its modes (4 points)
+# ## Question 4: a ring GAN that learns the grader's ring (4 points)
 #
-# Write `train_ring(steps, seed)`: train a GAN on the ring of 8 Gaussians (`gan.sample_ring`) for `steps` steps and return `(G, history)`:
+# Write `train_ring(steps, seed, ring)`: train a GAN on a ring of Gaussians for `steps` steps and return `(G, history)`.
+# The grader chooses the ring when it grades: `ring` is a dict of its `modes` (6 to 9), `radius`, `std` (the spread of each mode) and `center`, and `gan.sample_ring(n, generator=generator, **ring)` draws `n` points from it.
 # - `G` is a `ring_generator()` (the architecture above: the grader loads your G's weights into one of its own and samples it there);
 # - `history` is a tensor of shape `(steps, 2)`: each step's `(d_loss, g_loss)`, kept on the device while training (read it after the loop, not every step);
 # - seed everything from `seed` (`torch.manual_seed(seed)` before making the networks, a `torch.Generator().manual_seed(seed)` for the data), so a seed gives the same generator.
 #
 # You choose the rest: the discriminator (`ring_discriminator()` is a good start), the optimizers and learning rates, the batch size, how many D steps per G step; you may call your `train_step`.
 #
-# Graded (4 points): the grader calls `train_ring(RING_STEPS, seed)` (3000 steps), loads G's weights into its own `ring_generator()`, draws 4000 samples from it on latents of its own, and measures them with its own code; it needs, on every draw:
-# - at least 7 of the 8 modes covered: a sample within `RADIUS` = 0.2 of the centre;
-# - at least `QUALITY_NEEDED` = 75 % of the samples within 0.2 of a centre;
+# Graded (4 points): the grader draws a ring of its own, calls `train_ring(RING_STEPS, seed, ring)` (3000 steps), loads G's weights into its own `ring_generator()`, draws 4000 samples from it on latents of its own, and measures how well they follow the ring's distribution, with its own code (`ring_scores`); it needs:
+# - at least all but one of the modes covered: a sample within `4 * std` of the centre;
+# - at least `QUALITY_NEEDED` = 50 % of the samples within `4 * std` of a centre;
+# - the spread of each mode that holds at least 20 samples between `SPREAD_RANGE` = 0.3 and 4 times the ring's `std` (a generator that puts every sample on a centre has the right modes and no distribution);
+# - no mode holding more than `SHARE_LIMIT` = 3 times an even share of the samples near a mode;
+# - an energy distance to 4000 points of the ring at most `ENERGY_NEEDED` = 0.35 (2 E|x − y| − E|x − x'| − E|y − y'|, over the samples x and the ring's points y: it grows when the modes' shares or shapes are wrong);
+# - that G learned it: the grader also calls `train_ring(EARLY_STEPS, seed, ring)` (20 steps; graded, a few more), and that G must not follow the ring yet (an energy distance above `ENERGY_NEEDED`: the reference's is 0.9-2.4 there), as no GAN does after so few steps; a generator whose weights are set by hand follows it from the start;
 # - and the training done within `TRAIN_BUDGET_SECONDS` = 36 s of CPU time on one thread (counted on the grader's quiet-machine clock; your call fails if it takes longer).
 #
-# The reference (Adam at 1e-3 for both networks, betas (0.5, 0.999), a batch of 256, one D step per G step) took 10-14 s on one thread of a 2-core AMD EPYC, and covered 8 of 8 modes with 88-92 % of its samples within 0.2 on each of the 12 seeds tried.
+# The reference (Adam at 1e-3 for both networks, betas (0.5, 0.999), a batch of 256, one D step per G step) took 9-13 s on one thread of a 2-core AMD EPYC; on 12 drawn rings it covered every mode, with 69-95 % of its samples within 4 std, spreads of 0.6-2.3 times `std`, a largest mode of 1.1-1.6 times an even share and energy distances of 0.004-0.12 (two draws of the ring itself: about 0.001).
 #
 # About 15 lines.
 
 # %% nbgrader={"grade_id": "ring_setup", "locked": true}
 RING_STEPS = 3000
-RADIUS, MODES_NEEDED, QUALITY_NEEDED = 0.2, 7, 0.75
+QUALITY_NEEDED, SPREAD_RANGE, ENERGY_NEEDED = 0.5, (0.3, 4.0), 0.35  # about 3x from the reference's worst on 12 rings
+SHARE_LIMIT = 3.0  # no mode holds more than 3 times an even share of the samples near a mode (the reference: at most 1.6)
 TRAIN_BUDGET_SECONDS = 36.0  # about three times the reference's time
+EARLY_STEPS = 20
 SAMPLES = 4000
 
 
-def trained_ring(steps, seed, _threads=timing.fixed_threads):
-    """train_ring(steps, seed), run where only the setup cells and your answer cells ran, on one thread as the grader runs it:
-    G's weights and the history, as plain tensors. (Networks this small train faster on one thread than on two.)"""
+def draw_ring(seed):
+    """The ring the grader trains on, from its ``seed``: 6-9 modes, radius 1.5-2.5, std 0.04-0.06, centre within 1 of 0."""
+    u = torch.rand(5, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).tolist()
+    return {"modes": 6 + int(u[0] * 4), "radius": round(1.5 + u[1], 3), "std": round(0.04 + 0.02 * u[2], 4),
+            "center": (round(2 * u[3] - 1, 3), round(2 * u[4] - 1, 3))}
+
+
+def trained_ring(steps, seed, ring, _threads=timing.fixed_threads):
+    """train_ring(steps, seed, ring), run where only the setup cells and your answer cells ran, on one thread as the grader
+    runs it: G's weights and the history, as plain tensors. (Networks this small train faster on one thread than on two.)"""
     with _threads(1):
-        G, history = train_ring(steps, seed)
+        G, history = train_ring(steps, seed, dict(ring))
     assert isinstance(G, nn.Module), f"train_ring should return (G, history) with G an nn.Module, got {type(G).__name__}"
     weights = {name: value.detach().cpu() for name, value in G.state_dict().items()}
     return weights, history.detach().cpu() if isinstance(history, torch.Tensor) else history
@@ -365,17 +379,50 @@ def check_history(history, steps):
     assert bool(torch.isfinite(history).all()), "history holds losses that are not finite"
 
 
-def check_ring(weights, seed):
-    """The grader's samples of G (latents from ``seed``), measured by the grader's own code: modes covered and quality."""
-    covered, quality = expected_coverage(ring_samples(weights, seed), gan.ring_centers(), RADIUS)
-    print(f"latent seed {seed}: {covered} of 8 modes covered, {quality:.1%} of the samples within {RADIUS} of a mode")
-    assert covered >= MODES_NEEDED, f"G covers {covered} of the 8 modes (a sample within {RADIUS}); at least {MODES_NEEDED} needed"
-    assert quality >= QUALITY_NEEDED, f"{quality:.1%} of G's samples lie within {RADIUS} of a mode; at least {QUALITY_NEEDED:.0%} needed"
+def energy_distance(x, y):
+    """2 E|x - y| - E|x - x'| - E|y - y'|: 0 only when the two samples come from one distribution."""
+    return float(2 * torch.cdist(x, y).mean() - torch.cdist(x, x).mean() - torch.cdist(y, y).mean())
+
+
+def ring_scores(samples, ring, seed):
+    """(modes covered, fraction within 4 std of a centre, each mode's spread / std (modes of 20 samples or more), the largest
+    mode's share over an even share, energy distance)."""
+    centers = gan.ring_centers(ring["modes"], ring["radius"], center=ring["center"], dtype=torch.float64)
+    distance, nearest = torch.cdist(samples, centers).min(dim=1)
+    near = distance <= 4 * ring["std"]
+    counts = torch.bincount(nearest[near], minlength=len(centers))
+    spreads = [float((distance[near & (nearest == k)] ** 2).mean().div(2).sqrt()) / ring["std"] for k in range(len(centers)) if counts[k] >= 20]
+    real = gan.sample_ring(len(samples), generator=torch.Generator().manual_seed(seed), **ring).double()
+    largest = float(counts.max() * len(centers) / counts.sum().clamp(min=1))
+    return int((counts > 0).sum()), float(near.double().mean()), spreads, largest, energy_distance(samples, real)
+
+
+def check_ring(weights, ring, seed):
+    """The grader's samples of G (latents from ``seed``) against the grader's ring, measured by the grader's own code."""
+    covered, quality, spreads, largest, energy = ring_scores(ring_samples(weights, seed), ring, seed)
+    modes, near = ring["modes"], f"4 std ({4 * ring['std']:.3g})"
+    print(f"latent seed {seed}: {covered} of {modes} modes covered, {quality:.1%} of the samples within {near} of a mode, "
+          f"spreads {min(spreads, default=0):.2f}-{max(spreads, default=0):.2f} x std, the largest mode {largest:.2f} x an even share, "
+          f"energy distance {energy:.4f}")
+    assert covered >= modes - 1, f"G covers {covered} of the ring's {modes} modes (a sample within {near}); at least {modes - 1} needed"
+    assert quality >= QUALITY_NEEDED, f"{quality:.1%} of G's samples lie within {near} of a mode; at least {QUALITY_NEEDED:.0%} needed"
+    low, high = SPREAD_RANGE
+    assert spreads and all(low <= spread <= high for spread in spreads), \
+        f"the spread of G's modes is {min(spreads, default=0):.3g}-{max(spreads, default=0):.3g} times the ring's std; {low}-{high} needed"
+    assert largest <= SHARE_LIMIT, f"one of G's modes holds {largest:.2f} times an even share of the samples; at most {SHARE_LIMIT} needed"
+    assert energy <= ENERGY_NEEDED, f"the energy distance between G's samples and the ring is {energy:.4f}; at most {ENERGY_NEEDED} needed"
+
+
+def check_learned(early_weights, ring, steps):
+    """G after ``steps`` steps of train_ring must not follow the ring yet: the distribution is learned, not set by hand."""
+    energy = energy_distance(ring_samples(early_weights, 100), gan.sample_ring(SAMPLES, generator=torch.Generator().manual_seed(100), **ring).double())
+    assert energy > ENERGY_NEEDED, (f"after {steps} steps train_ring's G already follows the ring (energy distance {energy:.4f}): no GAN learns "
+                                    f"a ring in {steps} steps (the reference's is above 0.8), so G's weights were not learned from the ring")
 
 
 # %% nbgrader={"grade_id": "train_ring", "solution": true}
-def train_ring(steps, seed):
-    """Train a ring GAN for ``steps`` steps from ``seed``; return (G, history (steps, 2))."""
+def train_ring(steps, seed, ring):
+    """Train a GAN on the ring ``ring`` (gan.sample_ring's keywords) for ``steps`` steps from ``seed``; return (G, history (steps, 2))."""
     ### BEGIN SOLUTION
     torch.manual_seed(seed)
     G, D = ring_generator().to(DEVICE), ring_discriminator().to(DEVICE)
@@ -384,7 +431,7 @@ def train_ring(steps, seed):
     generator = torch.Generator().manual_seed(seed)
     history = torch.zeros(steps, 2, device=DEVICE)  # zeros: a loop that stops early leaves no uninitialised rows
     for step in range(steps):
-        real = gan.sample_ring(256, generator=generator, device=DEVICE)
+        real = gan.sample_ring(256, generator=generator, device=DEVICE, **ring)
         z = torch.randn(256, LATENT, generator=generator).to(DEVICE)
         history[step] = torch.stack(train_step(G, D, opt_g, opt_d, real, z))  # on the device: no sync
     return G, history
@@ -392,14 +439,21 @@ def train_ring(steps, seed):
 
 
 # %% nbgrader={"grade_id": "test_train_ring", "grade": true, "points": 4}
-"""train_ring's generator, sampled by the grader, covers at least 7 of the 8 modes with at least 75% of its samples within 0.2 of a mode,
+"""train_ring's generator, sampled by the grader, follows a ring the grader drew (modes, quality, spread, energy distance),
 trained within the budget."""
-train = check.answers_only(trained_ring, "train_ring", seconds=TRAIN_BUDGET_SECONDS)
-weights, history = train(RING_STEPS, 0)
-check_history(history, RING_STEPS)
-check_ring(weights, seed=100)
+ring, train_seed, early_steps = draw_ring(0), 0, EARLY_STEPS  # graded: another ring, drawn from a seed of the grader's
 ### BEGIN HIDDEN TESTS
-check_ring(weights, seed=2026)  # other latents: a generator that learned the ring covers it from any draw
+ring, train_seed, early_steps = draw_ring(4242), 3, EARLY_STEPS + 13
+### END HIDDEN TESTS
+train = check.answers_only(trained_ring, "train_ring", seconds=TRAIN_BUDGET_SECONDS)
+weights, history = train(RING_STEPS, train_seed, ring)
+check_history(history, RING_STEPS)
+check_ring(weights, ring, seed=100)
+early_weights, early_history = train(early_steps, train_seed, ring)
+check_history(early_history, early_steps)
+check_learned(early_weights, ring, early_steps)
+### BEGIN HIDDEN TESTS
+check_ring(weights, ring, seed=2026)  # other latents: a generator that learned the ring follows it from any draw
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -409,11 +463,11 @@ check_ring(weights, seed=2026)  # other latents: a generator that learned the ri
 # Write `fast_train_loop(G, D, opt_g, opt_d, real, z, steps)`, which trains the same networks for `steps` steps on the batch `real` and latents `z` and returns the losses as one `(steps, 2)` tensor on the device, with the lecture's techniques:
 # - no host synchronisation inside the loop (your `train_step`'s rule);
 # - mixed precision: `torch.autocast` with float16 and a `torch.amp.GradScaler` on a GPU (or bfloat16, which needs no scaler), bfloat16 autocast on a CPU that supports it.
-#   Prefer bfloat16 where the GPU has it (A100 and later): `GradScaler.step` reads its overflow check on the host, a sync every optimizer step, unless the optimizer is fused (lecture 10, section 6), and the optimizers here are not.
+#   Prefer bfloat16 where the GPU has it (A100 and later: `torch.cuda.is_bf16_supported(including_emulation=False)`; without that argument it also says yes on a T4 or V100, which only emulate it): `GradScaler.step` reads its overflow check on the host, a sync every optimizer step, unless the optimizer is fused (lecture 10, section 6), and the optimizers here are not.
 #
 # Graded on a GPU (2 points): `STEPS` steps on a batch of 8192 run at least 1.3× faster than `seed_train_loop`'s.
 # That threshold is modelled, not yet measured (`gpucourse.thresholds.gan_loop_speed`: the seed's loop pays its launches and its float32 work one after the other, a sync-free float16 loop the larger of the two: 2.0-6.2× on the cards in `gpu_specs`: V100, T4, A100, L4, H100, H200); `scripts/gpu_check.sh` will calibrate it on the first GPU run.
-# On a CPU the item first checks that your loop trains (the losses it returns are finite and the parameters move), then waits for a GPU regrade.
+# On any device the item first checks that your loop trains as the seed's does: 5 steps from the same networks on a batch of 64 must end with the parameters within `TRAJECTORY_TOLERANCE` = 0.5 of the way the float32 `seed_train_loop` moved them (the distance between the two, over the distance the seed's loop moved; the reference's bfloat16 loop is at 0.03-0.04, a loop that stops after one step at 0.8), must return the losses of each step within 0.05 (+5 %) of the seed's (the reference: 2e-4; the margins leave room for a float16 GradScaler that skips a step), and, on a CPU, must read nothing on the host (counted by the grader with `syncs.count_host_reads()`); then it waits for a GPU regrade.
 #
 # About 15 lines.
 
@@ -448,12 +502,23 @@ def loop_batch(batch, seed=0, _load=data.load_digits):
     return real.to(DEVICE), torch.randn(batch, 100, generator=generator).to(DEVICE)
 
 
-def loop_trains(seed=0, _models=loop_models, _batch=loop_batch, _flat=flat_parameters):
-    """fast_train_loop for 3 steps on a batch of 64 (run where only your answer cells ran): (losses, how far the parameters moved)."""
+TRAJECTORY_STEPS, TRAJECTORY_TOLERANCE = 5, 0.5
+
+
+def loop_trains(seed=0, _models=loop_models, _batch=loop_batch, _flat=flat_parameters, _seed_loop=seed_train_loop, _count=syncs.count_host_reads):
+    """fast_train_loop and the float32 seed_train_loop for TRAJECTORY_STEPS steps each, from the same networks and batch of 64
+    (run where only your answer cells ran): (your losses, the seed's, where the parameters started, where each loop left them,
+    the host reads your loop made)."""
+    real, z = _batch(64, seed)
     G, D, opt_g, opt_d = _models(seed)
-    before = _flat(G, D)
-    losses = fast_train_loop(G, D, opt_g, opt_d, *_batch(64, seed), 3)
-    return (losses.detach().float().cpu() if isinstance(losses, torch.Tensor) else losses), float((_flat(G, D) - before).abs().max())
+    start = _flat(G, D)
+    with _count() as reads:
+        losses = fast_train_loop(G, D, opt_g, opt_d, real, z, TRAJECTORY_STEPS)
+    fast_after = _flat(G, D)
+    G, D, opt_g, opt_d = _models(seed)
+    seed_losses = _seed_loop(G, D, opt_g, opt_d, real, z, TRAJECTORY_STEPS)
+    losses = losses.detach().double().cpu() if isinstance(losses, torch.Tensor) else losses
+    return losses, seed_losses.double(), start, fast_after, _flat(G, D), [str(read) for read in reads]
 
 
 def seed_loop_run(real, z, _models=loop_models):
@@ -467,10 +532,18 @@ def fast_loop_run(real, z, _models=loop_models):
 
 
 def check_loop(counted):
-    losses, moved = counted
-    assert isinstance(losses, torch.Tensor) and tuple(losses.shape) == (3, 2), f"fast_train_loop should return a (3, 2) tensor of losses, got {losses!r}"
+    """Your loop's trajectory against the float32 seed loop's, and (on a CPU) no host reads."""
+    losses, seed_losses, start, fast_after, seed_after, reads = counted
+    steps = TRAJECTORY_STEPS
+    assert isinstance(losses, torch.Tensor) and tuple(losses.shape) == (steps, 2), f"fast_train_loop should return a ({steps}, 2) tensor of losses, got {losses!r}"
     assert bool(torch.isfinite(losses).all()), f"fast_train_loop's losses are not finite: {losses.tolist()}"
-    assert moved > 0, "fast_train_loop left the parameters where they were"
+    off = float((fast_after - seed_after).norm() / (seed_after - start).norm())
+    assert off <= TRAJECTORY_TOLERANCE, (f"after {steps} steps fast_train_loop's parameters are {off:.2f} of the seed loop's way from where "
+                                         f"the seed's float32 loop left them; at most {TRAJECTORY_TOLERANCE} needed")
+    wrong = (losses - seed_losses).abs() > 0.05 + 0.05 * seed_losses.abs()
+    assert not bool(wrong.any()), f"fast_train_loop's losses {losses.tolist()} are not the seed loop's {seed_losses.tolist()} (within 0.05 + 5%)"
+    if gpucourse.device_class() != "cuda":  # on a GPU the speed shows the syncs (a float16 GradScaler reads one a step)
+        assert reads == [], f"fast_train_loop made {len(reads)} host read(s) in {steps} steps: " + "; ".join(reads[:5])
 
 
 # %% nbgrader={"grade_id": "fast_train_loop", "solution": true}
@@ -479,7 +552,7 @@ def fast_train_loop(G, D, opt_g, opt_d, real, z, steps):
     """``steps`` GAN steps in mixed precision without host syncs; returns the (steps, 2) losses on the device."""
     # bfloat16 where the GPU has it: it keeps float32's range, so it needs no GradScaler, whose step reads
     # (syncs on) its overflow check; float16 on older GPUs (V100, T4) needs the scaler.
-    dtype = torch.bfloat16 if not real.is_cuda or torch.cuda.is_bf16_supported() else torch.float16
+    dtype = torch.bfloat16 if not real.is_cuda or torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
     scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
     history = torch.zeros(steps, 2, device=real.device)
     for step in range(steps):
@@ -505,7 +578,10 @@ def fast_train_loop(G, D, opt_g, opt_d, real, z, steps):
 # Modelled, not yet measured (gpucourse.thresholds.gan_loop_speed); scripts/gpu_check.sh calibrates it on the first GPU run.
 SPEEDUP_NEEDED = {"cuda": 1.3}
 print(thresholds.describe("test_fast_train_loop_gpu_speed", SPEEDUP_NEEDED["cuda"]))
-check_loop(check.answers_only(loop_trains, "fast_train_loop")())  # first, a loop that trains
+check_loop(check.answers_only(loop_trains, "fast_train_loop")())  # first, a loop that trains as the seed's does
+### BEGIN HIDDEN TESTS
+check_loop(check.answers_only(loop_trains, "fast_train_loop")(5))
+### END HIDDEN TESTS
 if gpucourse.device_class() != "cuda":
     print("needs a GPU: there each .item() stalls the launches, and float16 runs on the tensor cores")
 else:
