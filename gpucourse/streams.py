@@ -22,6 +22,11 @@ is pinned for real), and what ``to_host`` returns is a host buffer: ``streams.va
 as a tensor, and the model checks the host waited for the copy first. Treat what ``to_device``,
 ``launch`` and ``to_host`` return as opaque: the autograder hands your function buffers that
 live in the grader's process.
+
+The model also keeps where each buffer came from (its ``origin``: which host buffer was copied
+in, which function computed on which device buffers, what was copied out), so a test can check
+that a result is the work it asked for, done on the device (:meth:`ModelRun.mapped_values`), not
+merely a host buffer holding the right numbers.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ import torch
 from . import gpu_specs, thresholds
 from .sim.streams import Schedule, Timeline
 
+RESERVED_NAMES = ("", "host")  # the model's names for every stream and for the host: no stream may take them
+
 __all__ = ["Event", "Handle", "HostBuffer", "Kernel", "ModelRun", "RemoteBackend", "Stream", "cuda_backend", "kernel", "launch", "modelled", "pinned",
            "synchronize", "to_device", "to_host", "value"]
 
@@ -44,40 +51,53 @@ __all__ = ["Event", "Handle", "HostBuffer", "Kernel", "ModelRun", "RemoteBackend
 
 @dataclass(eq=False)
 class HostBuffer:
-    """A host tensor in the model: ``pinned`` or pageable."""
+    """A host tensor in the model: ``pinned`` or pageable; ``origin`` is None for data the host
+    made, ``("copied out", device origin)`` for what ``to_host`` gave back."""
 
     tensor: torch.Tensor
     pinned: bool
     name: str
+    origin: tuple | None = None
 
 
 @dataclass(eq=False)
 class DeviceBuffer:
-    """A device tensor in the model (its value computed at once on the CPU)."""
+    """A device tensor in the model (its value computed at once on the CPU); ``origin`` is
+    ``("copied in", host buffer's name)`` or ``("computed", fn, (each argument's origin, ...))``."""
 
     tensor: torch.Tensor
     name: str
+    origin: tuple
 
 
 @dataclass(eq=False)
 class Kernel:
-    """``fn`` with what a GPU would take to run it: ``seconds`` given, or a roofline of the card
-    (``flops`` at its FP32 peak, or one pass over the bytes read and written at its memory bandwidth)."""
+    """``fn`` with what a GPU would take to run it: ``seconds`` given (per call, or, with
+    ``per_elements``, for that many input elements, so the time follows the work each launch is
+    given), or a roofline of the card (``flops`` at its FP32 peak, or one pass over the bytes read
+    and written at its memory bandwidth)."""
 
     fn: object
     seconds: float | None = None
     flops: float | None = None
+    per_elements: int | None = None
 
     def modelled_seconds(self, spec: gpu_specs.GPUSpec, inputs, output) -> float:
+        if self.seconds is not None and self.per_elements is not None:
+            elements = sum(t.numel() for t in inputs if isinstance(t, torch.Tensor))
+            return self.seconds * elements / self.per_elements
         if self.seconds is not None:
             return self.seconds
         moved = sum(t.nbytes for t in [*inputs, output] if isinstance(t, torch.Tensor))
         return thresholds.kernel_seconds(spec, nbytes=moved, flops=self.flops or 0, launches=0)[0]
 
 
-def kernel(fn, *, seconds: float | None = None, flops: float | None = None) -> Kernel:
-    """``fn`` as a kernel whose modelled time is ``seconds`` (or a roofline: see :class:`Kernel`)."""
-    return Kernel(fn, seconds, flops)
+def kernel(fn, *, seconds: float | None = None, flops: float | None = None, per_elements: int | None = None) -> Kernel:
+    """``fn`` as a kernel whose modelled time is ``seconds`` (per ``per_elements`` input elements
+    when given), or a roofline: see :class:`Kernel`."""
+    if per_elements is not None and not (seconds is not None and per_elements > 0):
+        raise ValueError("per_elements scales a kernel's seconds: give seconds and a positive count")
+    return Kernel(fn, seconds, flops, per_elements)
 
 
 class ModelBackend:
@@ -87,16 +107,26 @@ class ModelBackend:
         self.spec = gpu_specs.gpu(gpu)
         self.schedule = Schedule.for_gpu(gpu, copy_engines=copy_engines, issue_seconds=issue_seconds)
         self._names = itertools.count()
+        self._taken = set(RESERVED_NAMES)
         self.default_stream = Stream("default", backend=self)
 
     def _name(self, prefix: str) -> str:
         return f"{prefix}{next(self._names)}"
 
+    def _unique(self, name, kind: str) -> str:
+        """A name no other stream or event of the run has: two ``Stream("copies")`` are two streams, as
+        in CUDA, and no stream can pass for the host (the model's own name for it) or all streams."""
+        name = kind if name is None else str(name)
+        if name in self._taken:
+            name = self._name(f"{name} ")
+        self._taken.add(name)
+        return name
+
     def new_stream(self, name):
-        return name or self._name("stream "), None
+        return self._unique(name, "stream"), None
 
     def new_event(self, name):
-        return name or self._name("event "), None
+        return self._unique(name, "event"), None
 
     def pinned(self, tensor) -> HostBuffer:
         host = _host_tensor(tensor, "pinned")
@@ -105,7 +135,7 @@ class ModelBackend:
     def to_device(self, host, stream: Stream) -> DeviceBuffer:
         if not isinstance(host, HostBuffer):
             host = HostBuffer(_host_tensor(host, "to_device"), False, self._name("host "))
-        device = DeviceBuffer(host.tensor.clone(), self._name("dev "))
+        device = DeviceBuffer(host.tensor.clone(), self._name("dev "), ("copied in", host.name))
         self.schedule.h2d(f"{host.name} → {device.name}", stream.name, nbytes=host.tensor.nbytes, pinned=host.pinned,
                           buffer=device.name, source=host.name)
         return device
@@ -119,7 +149,8 @@ class ModelBackend:
         result = work.fn(*inputs)
         if not isinstance(result, torch.Tensor):
             raise TypeError(f"a kernel returns a tensor, got {type(result).__name__}")
-        output = DeviceBuffer(result, self._name("dev "))
+        origin = ("computed", work.fn, tuple(arg.origin if isinstance(arg, DeviceBuffer) else ("a value",) for arg in args))
+        output = DeviceBuffer(result, self._name("dev "), origin)
         label = getattr(work.fn, "__name__", "kernel")
         self.schedule.kernel(f"{label} → {output.name}", stream.name, seconds=work.modelled_seconds(self.spec, inputs, result),
                              reads=[arg.name for arg in args if isinstance(arg, DeviceBuffer)], writes=[output.name])
@@ -128,7 +159,7 @@ class ModelBackend:
     def to_host(self, device, stream: Stream) -> HostBuffer:
         if not isinstance(device, DeviceBuffer):
             raise TypeError(f"to_host copies a device buffer back, got {type(device).__name__}")
-        host = HostBuffer(device.tensor.clone(), True, self._name("result "))  # into pinned memory: non-blocking
+        host = HostBuffer(device.tensor.clone(), True, self._name("result "), ("copied out", device.origin))  # pinned: non-blocking
         self.schedule.d2h(f"{device.name} → {host.name}", stream.name, nbytes=device.tensor.nbytes, buffer=device.name, into=host.name)
         return host
 
@@ -326,9 +357,27 @@ class ModelRun:
         """The host buffers ``to_host`` gave back, read by the host (a race if it did not wait for them)."""
         results = list(results)
         for position, result in enumerate(results):
-            if not isinstance(result, HostBuffer):
-                raise TypeError(f"result {position} is a {type(result).__name__}: return what to_host gave back")
+            if not isinstance(result, HostBuffer) or result.origin is None:
+                what = "a host buffer to_host did not give back" if isinstance(result, HostBuffer) else f"a {type(result).__name__}"
+                raise TypeError(f"result {position} is {what}: return what to_host gave back")
         return [self.backend.value(result) for result in results]
+
+    def mapped_values(self, results, fn, host_chunks) -> list[torch.Tensor]:
+        """:meth:`values` of a map's results, each checked to be the work of the map done on the device:
+        result i is ``host_chunks[i]`` copied in, ``fn`` computed on it alone, and copied out. So no chunk
+        can be skipped, merged with another, computed on the host or reused from another result."""
+        results, host_chunks = list(results), list(host_chunks)
+        if len(results) != len(host_chunks):
+            raise ValueError(f"expected {len(host_chunks)} results, one per chunk, got {len(results)}")
+        values = self.values(results)
+        work = fn.fn if isinstance(fn, Kernel) else fn
+        chunk_names = {chunk.name: position for position, chunk in enumerate(host_chunks)}
+        for position, (result, chunk) in enumerate(zip(results, host_chunks)):
+            expected = ("copied out", ("computed", work, (("copied in", chunk.name),)))
+            if result.origin != expected:
+                raise ValueError(f"result {position} should be chunk {position} copied in, computed by the map's function on the "
+                                 f"device and copied out; it is {_describe(result.origin, chunk_names)}")
+        return values
 
 
 # -- across a process boundary: the autograder -------------------------------------------------
@@ -385,6 +434,21 @@ class RemoteBackend:
 
     def value(self, host):
         return self._call("value", host)
+
+
+def _describe(origin, chunk_names) -> str:
+    """An origin in words: "chunk 2 copied in, sin computed on it, copied out"."""
+    if origin is None:
+        return "a buffer the host filled"
+    if origin[0] == "copied in":
+        what = f"chunk {chunk_names[origin[1]]}" if origin[1] in chunk_names else "a host buffer that is not a chunk"
+        return f"{what} copied in"
+    if origin[0] == "computed":
+        name = getattr(origin[1], "__name__", "a function")
+        return f"{name} computed on [{'; '.join(_describe(arg, chunk_names) for arg in origin[2])}]"
+    if origin[0] == "copied out":
+        return f"{_describe(origin[1], chunk_names)}, copied out"
+    return origin[0]
 
 
 def _as_handle(value):

@@ -1,6 +1,8 @@
 """The streams front end (gpucourse.streams): exact results and recorded timelines on the model,
 the same calls carried out across a process boundary, and clear errors."""
 
+import re
+
 import pytest
 import torch
 
@@ -125,3 +127,82 @@ def test_results_must_be_what_to_host_gave_back():
     with streams.modelled("T4") as run:
         with pytest.raises(TypeError, match="return what to_host gave back"):
             run.values([torch.ones(3)])
+
+
+def test_a_pinned_buffer_is_not_a_result():
+    """Only what to_host gave back is a result: a host buffer filled on the host (the right numbers or not) is refused."""
+    with streams.modelled("T4") as run:
+        with pytest.raises(TypeError, match="a host buffer to_host did not give back"):
+            run.values([streams.pinned(torch.ones(3))])
+
+
+def _in_pairs(fn, host_chunks):
+    """Two chunks merged on the host, one kernel per pair, the result split and sent through the device again."""
+    results = []
+    for pair in (host_chunks[:2], host_chunks[2:]):
+        lane = streams.Stream()
+        merged = streams.to_device(streams.pinned(torch.cat([streams.value(chunk) for chunk in pair])), stream=lane)
+        out = streams.to_host(streams.launch(fn, merged, stream=lane), stream=lane)
+        lane.synchronize()
+        for part in torch.split(streams.value(out), [streams.value(chunk).numel() for chunk in pair]):
+            results.append(streams.to_host(streams.to_device(streams.pinned(part), stream=lane), stream=lane))
+        lane.synchronize()
+    return results
+
+
+def _computed_twice(fn, host_chunks):
+    """The right work, then fn once more on the result: not the map."""
+    lane = streams.Stream()
+    results = [streams.to_host(streams.launch(fn, streams.launch(fn, streams.to_device(chunk, stream=lane), stream=lane),
+                                              stream=lane), stream=lane) for chunk in host_chunks]
+    lane.synchronize()
+    return results
+
+
+def _reversed(fn, host_chunks):
+    return per_chunk_streams(fn, host_chunks)[::-1]
+
+
+@pytest.mark.parametrize(("answer", "found"), [
+    (per_chunk_streams, None),
+    (_in_pairs, "it is a host buffer that is not a chunk copied in, copied out"),
+    (_computed_twice, "it is double computed on [double computed on [chunk 0 copied in]], copied out"),
+    (_reversed, "result 0 should be chunk 0 copied in, computed by the map's function on the device and copied out; "
+                "it is double computed on [chunk 3 copied in], copied out"),
+])
+def test_mapped_values_are_each_chunks_own_work_on_the_device(answer, found):
+    data = [torch.randn(10) for _ in range(4)]
+    work = streams.kernel(double, seconds=1e-6)
+    with streams.modelled("T4") as run:
+        chunks = run.host_chunks(data)
+        results = answer(work, chunks)
+        if found is None:
+            assert all(torch.equal(value, 2 * x) for value, x in zip(run.mapped_values(results, work, chunks), data))
+        else:
+            with pytest.raises(ValueError, match=re.escape(found)):
+                run.mapped_values(results, work, chunks)
+    with streams.modelled("T4") as run:
+        with pytest.raises(ValueError, match="expected 4 results, one per chunk, got 3"):
+            run.mapped_values(per_chunk_streams(work, run.host_chunks(data[:3])), work, run.host_chunks(data))
+
+
+def test_a_kernel_per_elements_takes_time_in_proportion_to_its_input():
+    work = streams.kernel(double, seconds=1e-3, per_elements=1000)
+    with streams.modelled("T4") as run:
+        streams.launch(work, streams.to_device(streams.pinned(torch.zeros(2000))))
+        streams.launch(work, streams.to_device(streams.pinned(torch.zeros(500))))
+    kernels = [interval.seconds for interval in run.timeline().intervals if interval.kind == "kernel"]
+    assert kernels == pytest.approx([2e-3, 0.5e-3])
+    with pytest.raises(ValueError, match="per_elements"):
+        streams.kernel(double, per_elements=1000)
+
+
+def test_streams_and_events_get_names_of_the_models_own():
+    """Two streams given one name are two streams, and none passes for the host: reading a result before waiting is a race."""
+    with streams.modelled("T4") as run:
+        first, second = streams.Stream("host"), streams.Stream("host")
+        assert len({first.name, second.name, "host", ""}) == 4
+        assert streams.Event("e").name != streams.Event("e").name
+        result = streams.to_host(streams.to_device(streams.pinned(torch.ones(10)), stream=first), stream=first)
+        streams.value(result)
+    assert [race.kind for race in run.timeline().races] == ["read after write"]
