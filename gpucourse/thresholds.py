@@ -197,25 +197,39 @@ def triton_matmul_speed(card: gpu_specs.GPUSpec, n: int = 4096) -> SpeedModel:
     return SpeedModel("test_triton_matmul_speed", card.name, seconds, seconds, bound)
 
 
-def train_step_speed(card: gpu_specs.GPUSpec, batch: int = 2048, steps: int = 10) -> SpeedModel:
+# Kernels of one StepCNN training step (module 08): the layers forward and backward, the loss and SGD's update.
+# Autocast adds casts: each layer's weight and bias and the input to half precision, and the weights' gradients
+# back to float32. A GradScaler (float16 only) adds the loss's scaling, the gradients' unscale-and-check, the
+# overflow flag's sum and reset and the scale's update, all on the device with a fused SGD (no sync).
+STEP_KERNELS = 40
+AUTOCAST_KERNELS = 13
+SCALER_KERNELS = 5
+
+
+def train_step_speed(card: gpu_specs.GPUSpec, batch: int = 8192, steps: int = 10) -> SpeedModel:
     """08 test_fast_train_step_speed: ``steps`` training steps of the assignment's StepCNN on (batch, 1, 16, 16).
 
     The convolutions and the linear layer do 2.5 MFLOP a sample forward (conv 1→32 at 16 × 16, conv 32→64
     at 8 × 8, a 1024 → 10 layer), three times that with the backward pass. The plain step runs them in
     float32, which cuDNN puts on TF32 tensor cores where the card has them (PyTorch's default for
-    convolutions), on the CUDA cores otherwise; the fast step in FP16 on the tensor cores. Both launch
-    about 40 kernels a step (layers forward and backward, the loss, the optimizer's foreach update); the
-    plain one then waits for ``loss.item()``, so its launches cannot overlap the GPU's work: it pays
-    launches plus work, the fast one the larger of the two. Activations (a few MB) are read and written
-    about 12 times a step in 4 or 2 bytes.
+    convolutions), on the CUDA cores otherwise; the reference in bfloat16 where the card has bfloat16 units,
+    else in float16 with a GradScaler and the test's fused SGD, on the tensor cores either way. Activations
+    (12 MB a thousand images in float32) are read and written about 12 times a step, in 4 or 2 bytes: at this
+    batch both steps are memory-bound on every card, so the ratio is about 2, the bytes' ratio.
+    Neither step syncs but for the plain one's ``loss.item()``; within a step the launches overlap the GPU's
+    work either way, and at the plain step's sync the GPU idles while the next step's first kernel is
+    launched. A step costs the larger of its launches and its work (the plain one plus that idle launch).
     """
     flops = steps * 3 * batch * 2 * (1 * 32 * 9 * 16 * 16 + 32 * 64 * 9 * 8 * 8 + 1024 * 10)
     activations = batch * (32 * 16 * 16 + 64 * 8 * 8) * 12 * steps
-    launching = 40 * steps * gpu_specs.LAUNCH_OVERHEAD_SECONDS
+    overhead = gpu_specs.LAUNCH_OVERHEAD_SECONDS
     plain_peak = card.tf32_tensor_flops or card.fp32_flops
     plain_work = max(flops / plain_peak, activations * FLOAT32_BYTES / card.memory_bandwidth)
-    fast_compute, fast_memory = flops / card.fp16_tensor_flops, activations * 2 / card.memory_bandwidth
-    plain, fast = launching + plain_work, max(launching, fast_compute, fast_memory)
+    plain = max(STEP_KERNELS * steps * overhead, plain_work) + steps * overhead
+    half_peak, kernels = (card.bf16_tensor_flops, STEP_KERNELS + AUTOCAST_KERNELS) if card.bf16_tensor_flops else \
+        (card.fp16_tensor_flops, STEP_KERNELS + AUTOCAST_KERNELS + SCALER_KERNELS)
+    launching, fast_compute, fast_memory = kernels * steps * overhead, flops / half_peak, activations * 2 / card.memory_bandwidth
+    fast = max(launching, fast_compute, fast_memory)
     bound = "launches" if fast == launching else ("compute" if fast_compute > fast_memory else "memory")
     return SpeedModel("test_fast_train_step_speed", card.name, plain, fast, bound)
 

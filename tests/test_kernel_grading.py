@@ -476,6 +476,8 @@ VARIANTS_07 = {
     "unmasked_store": ("matmul_kernel", lambda given: given.replace(", acc, mask=(rows[:, None] < M) & (cols[None, :] < N))", ", acc)"),
                        "test_matmul_kernel", "wrote outside C"),
 }
+DO_NOTHING_08 = ("test_conv2d_correct", "test_conv2d_is_im2col", "test_conv2d_speed", "test_maxpool2d_correct", "test_maxpool2d_ops",
+                 "test_digits_cnn", "test_fast_train_step", "test_fast_train_step_no_syncs")
 VARIANTS_08 = {
     # The library's convolution: right values, and the grader's count shows its op.
     "calls_conv2d": ("conv2d_im2col", "def conv2d_im2col(x, weight, bias=None, stride=1, padding=0):\n    return F.conv2d(x, weight, bias, stride, padding)\n",
@@ -504,33 +506,90 @@ VARIANTS_08 = {
         "    return torch.stack(rows, dim=2)\n"
     ), "test_maxpool2d_ops", "the count grows"),
     # No training, and the accuracy it would like: the test counts the model's right answers itself.
-    "untrained_reports_099": ("train_digits", "def train_digits(model, epochs, batch_size, device):\n    return 0.99\n",
+    "untrained_reports_099": ("train_digits", "def train_digits(model, images, labels, epochs, batch_size, device):\n    return 0.99\n",
                               "test_digits_cnn", "right on"),
     # The same, with the course's accuracy patched where the student's code runs: the test counts in the grader.
     "patched_accuracy": ("train_digits", (
         "data.accuracy = lambda logits, labels: 0.99\ntorch.Tensor.argmax = lambda self, dim=None: torch.zeros(self.shape[0], dtype=torch.long)\n\n"
-        "def train_digits(model, epochs, batch_size, device):\n    return 0.99\n"
+        "def train_digits(model, images, labels, epochs, batch_size, device):\n    return 0.99\n"
     ), "test_digits_cnn", "right on"),
-    # A "model" that answers the test split's labels, in the split's order, whatever the images: the test shuffles them.
-    "labels_in_order": ("digits_cnn", (
-        "class DigitsCNN(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.scale = nn.Parameter(torch.ones(1))\n\n"
-        "    def forward(self, x):\n        labels = data.load_digits('test')[1]\n"
-        "        return F.one_hot(labels, 10).float() * self.scale if len(x) == len(labels) else torch.zeros(len(x), 10) * self.scale\n"
+    # A forward of its own that answers by the nearest bundled digit, its layers' outputs times 0 (so they never learn): the
+    # test rebuilds the network from its layers and weights, so only the layers answer.
+    "forward_of_its_own": ("digits_cnn", (
+        "class DigitsCNN(nn.Sequential):\n    def __init__(self):\n        super().__init__(nn.Conv2d(1, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1), nn.Flatten(), nn.Linear(512, 10))\n\n"
+        "    def forward(self, x):\n        images, labels = data.load_digits('train')\n"
+        "        nearest = torch.cdist(x.flatten(1), images.flatten(1)).argmin(1)\n"
+        "        return 0 * super().forward(x) + 10 * F.one_hot(labels[nearest], 10)\n"
     ), "test_digits_cnn", "right on"),
+    # Trained on the bundled test split (issue 45: reached 98.6% when the test split was the graded one): the test holds
+    # out digits of its own choosing and renames the labels, so the bundled labels answer another question.
+    "trains_on_the_test_split": ("train_digits", lambda given: given.replace(
+        "    images, labels = images.to(device), labels.to(device)\n", "    images, labels = data.load_digits('test', device=device)\n"),
+        "test_digits_cnn", "right on"),
+    # Logistic regression behind a token 1 x 1 convolution, trained honestly: 95.0-97.5 % on five drawn tasks, so the
+    # accuracy passes it; the rebuilt network must hold two convolutions of 3 x 3 or more.
+    "logistic_regression": ("digits_cnn", (
+        "class DigitsCNN(nn.Sequential):\n    def __init__(self):\n        super().__init__(nn.Conv2d(1, 1, 1), nn.Flatten(), nn.Linear(64, 10))\n"
+    ), "test_digits_cnn", "at least two nn.Conv2d layers"),
+    # Nearest neighbours stored where the rebuilt layer has no room: an extra buffer on a Conv2d.
+    "templates_in_a_buffer": ("train_digits", lambda given: given.replace(
+        "    images, labels = images.to(device), labels.to(device)\n",
+        "    model[0].register_buffer('templates', images.clone())\n    images, labels = images.to(device), labels.to(device)\n"),
+        "test_digits_cnn", "Unexpected key(s)"),
     # Right, and too slow: the budget is the grader's, on its clock. The sleep outlasts the budget however busy the
     # machine is (the clock stretches a wall second by at most clock.MAX_SLOWDOWN): a 30 s sleep counted as under
     # 10 quiet-machine seconds, and passed, beside a second full test run.
-    "trains_too_slowly": ("train_digits",
-                          lambda given: "import time\n\n" + given.replace("    model.eval()\n", "    time.sleep(3600)\n    model.eval()\n"),
-                          "test_digits_cnn", "ran past its budget"),
+    "trains_too_slowly": ("train_digits", lambda given: "import time\n\n" + given.replace(
+        "    images, labels = images.to(device), labels.to(device)\n", "    time.sleep(3600)\n    images, labels = images.to(device), labels.to(device)\n"),
+        "test_digits_cnn", "ran past its budget"),
     # Gradients computed, parameters never updated.
-    "no_optimizer_step": ("fast_train_step", lambda given: given.replace("        optimizer.step()\n", "        pass\n"),
-                          "test_fast_train_step", "moved the parameters"),
-    # No mixed precision, just no host sync: a correct step.
+    "no_optimizer_step": ("fast_train_step", lambda given: given.replace("    SCALER.step(optimizer)\n", ""),
+                          ("test_fast_train_step", "test_fast_train_step_no_syncs"), "moved the parameters"),
+    # Gradients never zeroed (issue 45: passed the one-step check, whose step starts from empty gradients): from the second
+    # step on each step adds the earlier gradients again.
+    "no_zero_grad": ("fast_train_step", lambda given: given.replace("    optimizer.zero_grad(set_to_none=True)\n", ""),
+                     ("test_fast_train_step", "test_fast_train_step_no_syncs"), "step 2 of fast_train_step"),
+    # The loss read on the host each step (issue 45: nothing counted syncs): right steps, a sync each.
+    "returns_item": ("fast_train_step", lambda given: given.replace("    return loss.detach()", "    return loss.item()"),
+                     "test_fast_train_step_no_syncs", "host read(s) in 4 steps"),
+    # No mixed precision, just no host sync: correct steps (mixed precision pays on a GPU, where it is timed).
     "float32_without_sync": ("fast_train_step", (
         "def fast_train_step(model, optimizer, x, y):\n    optimizer.zero_grad(set_to_none=True)\n    loss = F.cross_entropy(model(x), y)\n"
         "    loss.backward()\n    optimizer.step()\n    return loss.detach()\n"
-    ), "test_fast_train_step", None),
+    ), ("test_fast_train_step", "test_fast_train_step_no_syncs"), None),
+    # docs/authoring.md §5's standard answers. The locked baselines: conv2d_loops for conv2d_im2col, plain_train_step for
+    # fast_train_step (right values and steps: those items pass); maxpool2d and the digits CNN have none.
+    "standard_baseline": (("conv2d_im2col", "fast_train_step"), (
+        "def conv2d_im2col(x, weight, bias=None, stride=1, padding=0):\n    return conv2d_loops(x, weight, bias, stride, padding)\n",
+        "def fast_train_step(model, optimizer, x, y):\n    return plain_train_step(model, optimizer, x, y)\n",
+    ), ("test_conv2d_is_im2col", "test_conv2d_speed", "test_fast_train_step_no_syncs"),
+        {"test_conv2d_is_im2col": "cannot be counted by the grader", "test_conv2d_speed": "need 5×", "test_fast_train_step_no_syncs": "host read(s)"}),
+    # Answers of the right type that do nothing: zeros, an untrained CNN, a step that only computes the loss.
+    "standard_do_nothing": (("conv2d_im2col", "maxpool2d", "train_digits", "fast_train_step"), (
+        "def conv2d_im2col(x, weight, bias=None, stride=1, padding=0):\n    n, _, h, w = x.shape\n    k, _, r, s = weight.shape\n"
+        "    (sh, sw), (ph, pw) = pair(stride), pair(padding)\n"
+        "    return torch.zeros(n, k, (h + 2 * ph - r) // sh + 1, (w + 2 * pw - s) // sw + 1, dtype=x.dtype, device=x.device)\n",
+        "def maxpool2d(x, kernel_size, stride=None):\n    (kh, kw), (sh, sw) = pair(kernel_size), pair(kernel_size if stride is None else stride)\n"
+        "    return torch.zeros(*x.shape[:2], (x.shape[2] - kh) // sh + 1, (x.shape[3] - kw) // sw + 1, dtype=x.dtype, device=x.device)\n",
+        "def train_digits(model, images, labels, epochs, batch_size, device):\n    model.to(device)\n",
+        "def fast_train_step(model, optimizer, x, y):\n    return F.cross_entropy(model(x), y).detach()\n",
+    ), DO_NOTHING_08, {**dict.fromkeys(DO_NOTHING_08[:5], "differ"), "test_digits_cnn": "right on",
+                       "test_fast_train_step": "moved the parameters", "test_fast_train_step_no_syncs": "moved the parameters"}),
+    # Answers that know the visible targets (issue 45): nearest neighbours over the training digits as a Conv2d whose filters
+    # are the images (98.6% on the bundled split), and a step that steps on its first call only (the one the old check
+    # compared) and then returns a falling loss. conv2d_im2col and maxpool2d have no target to know: their inputs are fresh.
+    "standard_hand_set": (("digits_cnn", "train_digits", "fast_train_step"), (
+        "class DigitsCNN(nn.Sequential):\n    def __init__(self):\n"
+        "        super().__init__(nn.Conv2d(1, 1437, 8), nn.Flatten(), nn.Linear(1437, 10, bias=False))\n",
+        "def train_digits(model, images, labels, epochs, batch_size, device):\n    with torch.no_grad():\n"
+        "        model[0].weight.copy_(images)\n        model[0].bias.copy_(-0.5 * images.pow(2).sum((1, 2, 3)))\n"
+        "        model[2].weight.copy_(F.one_hot(labels, 10).T.float())\n",
+        "CALLS = []\n\n\ndef fast_train_step(model, optimizer, x, y):\n    CALLS.append(len(CALLS))\n    if len(CALLS) > 1:\n"
+        "        return torch.tensor(3.0 - 0.01 * len(CALLS))\n    optimizer.zero_grad()\n    loss = F.cross_entropy(model(x), y)\n"
+        "    loss.backward()\n    optimizer.step()\n    return loss.detach()\n",
+    ), ("test_digits_cnn", "test_fast_train_step", "test_fast_train_step_no_syncs"),
+        {"test_digits_cnn": "at most 10,000 allowed", **dict.fromkeys(("test_fast_train_step", "test_fast_train_step_no_syncs"),
+                                                                       "of fast_train_step (a fresh batch each)")}),
 }
 FAST_LSTM_ITEMS = ("test_lstm_forward_fast", "test_lstm_fast_speed", "test_lstm_fast_vs_library", "test_bilstm_forward")  # bilstm calls it
 FORWARD_ITEMS = ("test_lstm_forward", "test_lstm_forward_gradients")
