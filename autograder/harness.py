@@ -13,6 +13,7 @@ or crashes while loading is skipped on the restart, so it costs only what depend
 
 from __future__ import annotations
 
+import ast
 import builtins
 import contextlib
 import hashlib
@@ -175,24 +176,32 @@ class StudentWorker:
                     ("triton", True): TRITON_INTERPRETER_PREAMBLE, ("triton", False): TRITON_GPU_PREAMBLE}[source.language, simulated]
         return self._runner(f"kernel-{'sim' if simulated else 'gpu'}-{source.digest[:16]}", [preamble, source.text])
 
-    def profile_runner(self, names) -> StudentWorker:
+    def profile_runner(self, names, item_deadline=None) -> StudentWorker:
         """A fresh process holding only the assignment's setup cells and the answer cells that define
         ``names`` (a name or several) and the other answers they call, each checked first to be countable
         (:mod:`autograder.torch_gate`): where the grader counts the functions' ops, and calls and times the
-        functions of :func:`gpucourse.check.torch_only`. Nothing there can reach the profiler (the evidence rule)."""
+        functions of :func:`gpucourse.check.torch_only`. Nothing there can reach the profiler (the evidence rule).
+        A Triton launcher's kernels (modules 06, 07) come as their checked sources, as in a kernel runner, and
+        each launch is counted as ``triton::<kernel>`` (:mod:`autograder.triton_runner`); ``item_deadline``
+        bounds the requests for those sources."""
         names = (names,) if isinstance(names, str) else tuple(names)
         setup_cells, setup_namespace = self.setup
         cells = self._answer_cells(names)
         answers = {name for cell in cells for name in defined_names(cell)}
+        kernel_cells = {kernel: cell for cell in cells for kernel in _triton_kernels(cell)}
+        deadline = item_deadline or (lambda: self.limits.item_seconds)
+        sources = [StudentFunction(self, kernel, deadline).__kernel_source__().text for kernel in kernel_cells]
+        cells = [cell for cell in cells if not set(defined_names(cell)) <= set(kernel_cells)]  # a kernel's cell: its source instead
         given = {name: value for name, value in setup_namespace.items() if not callable(value) or name in self.answer_helpers}
         for cell in cells:
             try:
-                torch_gate.check_countable(cell, given, answers)
+                torch_gate.check_countable(cell, given, answers, kernels=set(kernel_cells))
             except torch_gate.UncountableSource as refused:
                 owner = next((name for name in names if name in defined_names(cell)), ", ".join(defined_names(cell)) or names[0])
-                raise _from_student(f"{owner}: its cell cannot be counted by the grader ({refused}); "
-                                    "keep it to torch operations and torch.compile") from None
-        return self._runner(f"profile-{_digest(cells)}", [*setup_cells, *cells])
+                keep_to = "torch's allocations and launches of your Triton kernels" if kernel_cells else "torch operations and torch.compile"
+                raise _from_student(f"{owner}: its cell cannot be counted by the grader ({refused}); keep it to {keep_to}") from None
+        hooks = [TRITON_LAUNCH_HOOKS[devices.device_class() != "cuda"]] if kernel_cells else []
+        return self._runner(f"profile-{_digest([*sources, *cells])}", [*hooks, *setup_cells, *sources, *cells])
 
     def njit_runner(self, name: str) -> StudentWorker:
         """A fresh process holding only the assignment's setup cells and the answer cell that defines
@@ -436,13 +445,13 @@ class StudentFunction:
         message = (kind, self.name, self.worker.marshal(args), self.worker.marshal(kwargs), *extra)
         return _result(self.name, self.worker.request(message, self.item_deadline()))
 
-    def call_profiled(self, *args, top_level: bool = False):
+    def call_profiled(self, *args, top_level: bool = False, eager: bool = False):
         """(output, {ATen op: calls}) of one call, counted by the grader's profiler in a process that
         holds only the setup cells and this function's answer cell (:meth:`StudentWorker.profile_runner`),
         after an uncounted warm-up call on other values (where ``torch.compile`` compiles);
-        ``top_level``: only the ops called from Python."""
-        runner = self.worker.profile_runner(self.name)
-        message = ("call_profiled", self.name, runner.marshal(args), bool(top_level))
+        ``top_level``: only the ops called from Python; ``eager``: ``torch.compile`` switched off."""
+        runner = self.worker.profile_runner(self.name, self.item_deadline)
+        message = ("call_profiled", self.name, runner.marshal(args), bool(top_level), bool(eager))
         reply = _result(self.name, runner.request(message, self.item_deadline()))
         if not isinstance(reply, dict) or not isinstance(reply.get("ops"), dict):
             raise StudentError(f"{self.name}: the counted call did not report back")
@@ -451,7 +460,7 @@ class StudentFunction:
     def torch_only(self) -> StudentFunction:
         """This function as it runs in its profile runner (:meth:`StudentWorker.profile_runner`): calls and timed
         blocks go there, where only the setup cells and its checked answer cells ran."""
-        return StudentFunction(self.worker.profile_runner(self.name), self.name, self.item_deadline)
+        return StudentFunction(self.worker.profile_runner(self.name, self.item_deadline), self.name, self.item_deadline)
 
     def njit_only(self) -> StudentFunction:
         """This function as it runs in its njit runner (:meth:`StudentWorker.njit_runner`): calls and timed
@@ -784,7 +793,22 @@ SIMULATOR_PREAMBLE = 'import os\nos.environ["NUMBA_ENABLE_CUDASIM"] = "1"\n' + G
 # A Triton kernel's runner: on a GPU grader its own compile cache in the runner's private /tmp; on a CPU
 # grader Triton's interpreter, switched on before the kernel's source imports triton.
 TRITON_GPU_PREAMBLE = 'import os, tempfile\nos.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()\n'
-TRITON_INTERPRETER_PREAMBLE = 'import os\nos.environ["TRITON_INTERPRET"] = "1"\n'
+# Every load and store there is bounds-checked against the launch's tensors (autograder.triton_runner).
+TRITON_INTERPRETER_PREAMBLE = ('import os\nos.environ["TRITON_INTERPRET"] = "1"\n'
+                               "from autograder import triton_runner\ntriton_runner.install_bounds_checks()\n")
+# A profile runner that holds a Triton launcher, by whether it interprets: launches counted (and bounds-checked there).
+TRITON_LAUNCH_HOOKS = {False: TRITON_GPU_PREAMBLE + "from autograder import triton_runner\ntriton_runner.install_launch_hooks()\n",
+                       True: TRITON_INTERPRETER_PREAMBLE}
+
+
+def _triton_kernels(cell: str) -> list[str]:
+    """The ``@triton.jit`` functions an answer cell defines (a launcher's kernels)."""
+    try:
+        tree = ast.parse(cell)
+    except SyntaxError:
+        return []
+    return [node.name for node in tree.body if isinstance(node, ast.FunctionDef) and any(
+        "triton.jit" in ast.unparse(decorator) for decorator in node.decorator_list)]
 
 
 def _from_student(message: str) -> StudentError:

@@ -1,7 +1,8 @@
 """The grader's own op counts (module 06): evidence for ``fused_tail``'s bound, references for hidden tests.
 
 Counted the way the course teaches students to read a profile: every ATen op the profiler records
-during one call, nested ops included (the "# of Calls" column of ``prof.key_averages()``).
+during one call, nested ops included (the "# of Calls" column of ``prof.key_averages()``); a Triton
+kernel's launch counts as one ``triton::<kernel>`` (:mod:`autograder.triton_runner`).
 This lives in :mod:`autograder`, not in the student-facing package, because counting ops is what
 module 06's assignment asks students to write (``count_ops``, ``dominant_op``).
 """
@@ -15,13 +16,17 @@ from torch.profiler import ProfilerActivity, profile
 
 from gpucourse import devices
 
+from .triton_runner import LAUNCH_PREFIX, inside_a_launch
+
 
 def _profiled(fn, *args):
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     with profile(activities=activities) as prof:
         output = fn(*args)
         devices.synchronize()
-    return output, [event for event in prof.events() if event.name.startswith("aten::")]
+    events = [event for event in prof.events() if event.name.startswith(("aten::", LAUNCH_PREFIX))]
+    # A Triton kernel's launch (autograder.triton_runner) counts as itself: the ATen ops inside are its interpreter's.
+    return output, [event for event in events if not inside_a_launch(event)]
 
 
 def op_counts(fn, *args) -> dict[str, int]:
@@ -42,9 +47,13 @@ def counted_call(fn, *args, top_level: bool = False) -> tuple[object, dict[str, 
 
 
 def _inside_an_op(event) -> bool:
+    return _inside(event, "aten::")
+
+
+def _inside(event, prefix: str) -> bool:
     parent = event.cpu_parent
     while parent is not None:
-        if parent.name.startswith("aten::"):
+        if parent.name.startswith(prefix):
             return True
         parent = parent.cpu_parent
     return False

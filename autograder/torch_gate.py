@@ -16,8 +16,13 @@ allow-list, checked on the syntax tree before any of it runs:
   ``torch.nn.functional``), of the cell's own functions, of the setup cells' functions, of a few
   plain builtins, and methods of the values those return (tensors);
 - nowhere: private or special names (``_x``, ``__x__``), attribute assignment, ``global``,
-  ``import`` inside a function, ``with``/``try``, classes, and the few tensor methods that take a
-  callback (hooks, ``apply_``).
+  ``import`` inside a function, ``with``/``try``, classes, the few tensor methods that take a
+  callback (hooks, ``apply_``), and those that hand a tensor's values to code outside torch
+  (``.numpy()``, ``.tolist()``, its storage): arithmetic there would run unseen by the profiler.
+
+A Triton launcher's cell (``kernels``: modules 06 and 07) may also launch those ``@triton.jit``
+kernels as ``kernel[grid](...)`` and call ``triton.cdiv`` and ``triton.next_power_of_2``, but not
+``torch.compile``: a compiled function's loops are no ATen op the grader could see.
 
 What is left cannot reach the profiler, the grader's code or a module's attributes, and cannot
 keep state between calls (no mutable global, no default argument but a literal), so the count
@@ -42,6 +47,9 @@ _SAFE_BUILTINS = frozenset({
 })
 # Tensor methods that take a Python callable: the callable would run later, outside these rules' reach.
 _CALLBACK_METHODS = frozenset({"register_hook", "register_post_accumulate_grad_hook", "apply_", "map_", "map2_"})
+# Tensor methods that hand the values to code outside torch (numpy, Python), where no profiler counts the arithmetic.
+_LEAVING_TORCH = frozenset({"numpy", "tolist", "storage", "untyped_storage", "data_ptr"})
+_TRITON_HOST_HELPERS = frozenset({"cdiv", "next_power_of_2"})  # what a launcher may call of triton itself
 _COMPILE_OPTIONS = {"fullgraph": bool, "dynamic": (bool, type(None)), "mode": str}
 _OP_MODULES = ("torch._C._nn", "torch._C._special", "torch._C._linalg", "torch._C._fft", "math")
 _FUNCTIONAL_MODULES = ("torch.nn.functional", "torch.functional", "torch.special")
@@ -59,13 +67,14 @@ class UncountableSource(ValueError):
     """The cell holds something the grader's op count cannot trust; the message names the line."""
 
 
-def check_countable(text: str, setup: dict | None = None, answers=()) -> None:
+def check_countable(text: str, setup: dict | None = None, answers=(), kernels=()) -> None:
     """Raise :class:`UncountableSource` unless the answer cell ``text`` keeps to the rules above.
 
     ``setup`` is the namespace the assignment's own setup cells made (in the grader): the answer
     may use the names it binds to torch, ``torch.nn.functional`` or math, call its functions and
     read its plain constants. ``answers``: functions of the student's other answer cells that run
-    beside this one (each checked by these rules too), which it may call.
+    beside this one (each checked by these rules too), which it may call. ``kernels``: the
+    ``@triton.jit`` kernels (checked sources) the cell may launch, as a launcher's cell.
     """
     try:
         module = ast.parse(text)
@@ -76,6 +85,10 @@ def check_countable(text: str, setup: dict | None = None, answers=()) -> None:
     constants = {name for name, value in setup.items() if _is_plain_constant(value) and not name.startswith("_")}
     scope = _Scope(functions | _defined_functions(module) | set(answers), constants)
     scope.modules = {name: value for name, value in setup.items() if any(value is m for m in _ALLOWED_MODULE_OBJECTS)}
+    scope.kernels = set(kernels)
+    if scope.kernels:
+        scope.functions -= scope.kernels
+        scope.modules |= {name: value for name, value in setup.items() if getattr(value, "__name__", None) == "triton"}
     for statement in module.body:
         _top_level(statement, scope)
 
@@ -87,6 +100,7 @@ class _Scope:
         self.modules: dict[str, object] = {}
         self.functions, self.constants = functions, constants
         self.locals: list[set[str]] = []
+        self.kernels: set[str] = set()  # Triton kernels the cell may launch (a launcher's cell)
 
     def is_local(self, name: str) -> bool:
         return any(name in frame for frame in self.locals)
@@ -161,6 +175,8 @@ def _function(definition: ast.FunctionDef | ast.Lambda, scope: _Scope) -> None:
         return
     _name_text(definition.name, definition)
     for decorator in definition.decorator_list:
+        if scope.kernels:
+            _refuse(decorator, f"{definition.name} is decorated: a launcher is a plain function (no torch.compile)")
         if not _is_compile_call(decorator) and not _is_compile_reference(decorator, scope):
             _refuse(decorator, f"{definition.name} has a decorator other than torch.compile")
         if isinstance(decorator, ast.Call):
@@ -292,6 +308,8 @@ def _load(node: ast.Name, scope: _Scope) -> None:
     name = _name_text(node.id, node)
     if scope.is_local(name) or name in scope.functions or name in scope.constants:
         return
+    if name in scope.kernels:
+        _refuse(node, f"`{name}` is a Triton kernel: launch it as {name}[grid](...), nothing else")
     if name in scope.modules:
         _refuse(node, f"`{name}` is a module: use its functions (`{name}.something(...)`), not the module itself")
     if name in _SAFE_BUILTINS:
@@ -304,11 +322,15 @@ def _call(node: ast.Call, scope: _Scope) -> None:
     if _is_compile_call(node):
         _compile_call(node, scope)
         return
-    if isinstance(function, ast.Attribute) and _root_module(function, scope) is not None:
+    if _is_launch(function, scope):
+        _expression(function.slice, scope)
+    elif isinstance(function, ast.Attribute) and _root_module(function, scope) is not None:
         _check_operator(function, scope)
     elif isinstance(function, ast.Attribute):
         if _attribute_name(function) in _CALLBACK_METHODS:
             _refuse(function, f"`.{function.attr}` takes a callback; it is not allowed in a counted function")
+        if function.attr in _LEAVING_TORCH:
+            _refuse(function, f"`.{function.attr}()` takes the values out of torch, where the grader cannot count the work")
         _expression(function.value, scope)
     elif isinstance(function, ast.Name):
         _load(function, scope)
@@ -320,6 +342,12 @@ def _call(node: ast.Call, scope: _Scope) -> None:
         if keyword.arg is None:
             _refuse(keyword, "`**kwargs` in a call is not allowed in a counted function")
         _expression(keyword.value, scope)
+
+
+def _is_launch(function: ast.expr, scope: _Scope) -> bool:
+    """``kernel[grid]`` of a Triton kernel the cell may launch."""
+    return (isinstance(function, ast.Subscript) and isinstance(function.value, ast.Name)
+            and function.value.id in scope.kernels and not scope.is_local(function.value.id))
 
 
 def _root_module(node: ast.Attribute, scope: _Scope):
@@ -342,6 +370,10 @@ def _resolve(node: ast.expr, scope: _Scope):
 
 
 def _check_operator(node: ast.Attribute, scope: _Scope) -> None:
+    if getattr(_root_module(node, scope), "__name__", None) == "triton":
+        if not (isinstance(node.value, ast.Name) and node.attr in _TRITON_HOST_HELPERS):
+            _refuse(node, f"`{ast.unparse(node)}`: a launcher may call only triton.cdiv and triton.next_power_of_2 of triton")
+        return
     target = _resolve(node, scope)
     if not _is_operator(target):
         _refuse(node, f"`{ast.unparse(node)}` is not one of torch's or math's operators, so it cannot be counted here")
@@ -385,6 +417,8 @@ def _is_compile_call(node: ast.expr) -> bool:
 
 
 def _compile_call(node: ast.Call, scope: _Scope) -> None:
+    if scope.kernels:
+        _refuse(node, "a launcher may not use torch.compile: its kernels must be yours, launched as kernel[grid](...)")
     if "torch" not in scope.modules or scope.modules["torch"] is not torch:
         _refuse(node, "torch.compile needs `import torch` first")
     if len(node.args) > 1:

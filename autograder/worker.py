@@ -9,6 +9,7 @@ and it never decides a grade: it only returns values, which the harness checks.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import gc
 import itertools
 import linecache
@@ -208,17 +209,19 @@ class Worker:
         with streams.using(streams.RemoteBackend(self._bind(dispatch))):
             self.do_call(name, args, kwargs)
 
-    def do_call_profiled(self, name: str, args, top_level: bool = False) -> None:
+    def do_call_profiled(self, name: str, args, top_level: bool = False, eager: bool = False) -> None:
         """One call counted by the grader's profiler (a profile runner: only setup cells and one checked
         answer cell ran here), after a warm-up call on other values of the same shapes; ``top_level``:
-        only the ops called from Python (:func:`autograder.profiling.counted_call`)."""
+        only the ops called from Python (:func:`autograder.profiling.counted_call`); ``eager``: with
+        ``torch.compile`` switched off, so the ops are those the function's code calls (module 09)."""
         from .profiling import counted_call, fresh_like
 
         self._set_threads(self._threads)
         args = self._bind(args)
         function = self.namespace[name]
-        function(*fresh_like(args))
-        output, ops = counted_call(function, *args, top_level=bool(top_level))
+        with torch.compiler.set_stance("force_eager") if eager else contextlib.nullcontext():
+            function(*fresh_like(args))
+            output, ops = counted_call(function, *args, top_level=bool(top_level))
         self.send("return", {"output": to_plain(output), "ops": ops})
 
     def do_call_logged_mma(self, name: str, a, b, key) -> None:

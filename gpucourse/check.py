@@ -7,6 +7,7 @@ measured ratio against the required one, for the device class they ran on.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import linecache
 import math
@@ -161,7 +162,7 @@ def assert_float32_only(kernel, *args, gpu: str = "A100", name: str | None = Non
                              "Write float32 constants (np.float32(0.5), as a module constant) so the arithmetic stays float32.")
 
 
-def counted_call(fn, *args, counter, top_level: bool = False):
+def counted_call(fn, *args, counter, top_level: bool = False, eager: bool = False):
     """``(fn(*args), {ATen op: calls})``: what one call returns and the ops it runs.
 
     In a notebook the ops are counted by ``counter`` (module 06: your ``count_ops``).
@@ -170,12 +171,15 @@ def counted_call(fn, *args, counter, top_level: bool = False):
     operations and ``torch.compile``; ``counter`` plays no part there (the course's evidence rule).
     ``top_level``: the grader counts only the ops called from Python, not those ops call inside
     (``counter`` should count the same way: a dispatch mode does).
+    ``eager``: counted with ``torch.compile`` switched off, as the function's code calls the ops (module 09:
+    compiled, the library's LSTM op runs as matrix products and pointwise ops, its name gone).
     """
     trusted = getattr(fn, "call_profiled", None)
     if trusted is not None:
-        return trusted(*args, top_level=top_level)
-    output = fn(*args)
-    return output, counter(fn, *args)
+        return trusted(*args, top_level=top_level, eager=eager)
+    with torch.compiler.set_stance("force_eager") if eager else contextlib.nullcontext():
+        output = fn(*args)
+        return output, counter(fn, *args)
 
 
 def top_level_ops(fn, *args) -> dict[str, int]:
@@ -186,6 +190,28 @@ def top_level_ops(fn, *args) -> dict[str, int]:
     from autograder.profiling import counted_call as profiled
 
     return profiled(fn, *args, top_level=True)[1]
+
+
+def launched_ops(fn, *args) -> dict[str, int]:
+    """{op: calls} of one call of a Triton launcher (modules 06, 07): each kernel launch as ``triton::<kernel>``,
+    and the ATen ops run outside the launches; the counter to give :func:`counted_call` for a launcher,
+    which under grading counts in a process that holds only the setup cells, the launcher's cell and
+    its kernels' checked sources."""
+    from autograder.triton_runner import launched_ops as counted
+
+    return counted(fn, *args)
+
+
+def assert_kernels_did_the_work(ops: dict[str, int], name: str) -> None:
+    """``ops`` (of :func:`counted_call` with :func:`launched_ops`) hold a Triton kernel launch and no ATen op
+    that computes (allocations, fills and views only): the kernels did all the work."""
+    from autograder.triton_runner import work_outside_kernels
+
+    launches = {op: calls for op, calls in ops.items() if op.startswith("triton::")}
+    assert launches, f"{name} launched no Triton kernel (it ran {ops}): launch your kernel, kernel[grid](...)"
+    computing = work_outside_kernels(ops)
+    assert not computing, (f"{name} computed with torch besides its kernels {launches}: {computing}; "
+                           "the kernels must do all the work (allocating the output is all torch may do)")
 
 
 def njit_only(fn):
@@ -236,13 +262,19 @@ def _check_torch_cell(fn) -> None:
     Here any function of the notebook counts as callable; the grader allows only the setup cells' and the
     other answers'."""
     name = getattr(fn, "__name__", "the function")
+    fn = getattr(fn, "__wrapped__", fn)  # a torch.compile'd function: its code is torch's, its cell the wrapped one's
     cell = _cell_source(fn, name)
     if not cell:
         return
+    from autograder.skeleton import free_names
     from autograder.torch_gate import UncountableSource, check_countable
 
+    from .triton_source import is_triton_kernel
+
+    namespace = getattr(fn, "__globals__", {})
+    kernels = {used for used in free_names(cell) if is_triton_kernel(namespace.get(used))}  # a Triton launcher's (06, 07)
     try:
-        check_countable(cell, getattr(fn, "__globals__", {}))
+        check_countable(cell, namespace, kernels=kernels)
     except UncountableSource as refused:
         raise AssertionError(f"{name}: the grader will refuse its cell: {refused}") from None
 

@@ -14,6 +14,7 @@ Only the standard library is imported here; triton is never imported by this mod
 
 from __future__ import annotations
 
+import ast
 import builtins
 import sys
 import types
@@ -70,7 +71,8 @@ class _Collector:
         self._bind(function.__name__, "function", f"def {function.__name__} #{id(function)}", function)
         text = _function_text(function, _DECORATOR)
         self.functions[function.__name__] = (text.lines, text.origins)
-        for name, line in sorted(_global_uses(function.__code__).items()):
+        uses = {**_annotation_uses(function, text.lines), **_global_uses(function.__code__)}
+        for name, line in sorted(uses.items()):
             self._add_global(function, name, line)
 
     def _add_global(self, function, name: str, line: int) -> None:
@@ -113,6 +115,20 @@ class _Collector:
             emit(*self.functions[function_name])
         emit([""] + sorted(text for kind, text in self.bindings.values() if kind == "alias"))
         return KernelSource(name, "\n".join(lines) + "\n", tuple(origins), language="triton")
+
+
+def _annotation_uses(function, lines: list[str]) -> dict[str, int]:
+    """The global names the parameters' annotations start from (``tl`` of ``BLOCK: tl.constexpr``), at the def's line:
+    evaluated when the def runs, so absent from the body's code, and needed even where the body uses no ``tl``."""
+    definition = ast.parse("\n".join(lines[1:])).body[0]  # lines[0] is the decorator
+    roots = {}
+    for argument in definition.args.args:
+        node = argument.annotation
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        if isinstance(node, ast.Name):
+            roots.setdefault(node.id, function.__code__.co_firstlineno)
+    return roots
 
 
 def _check_plain(kernel, function) -> None:

@@ -83,6 +83,9 @@ def test_a_triton_kernels_source_holds_what_it_reaches_and_passes_the_gate(trito
     alias = kernel_source(triton_kernels.through_alias).text
     assert "twice = double" in alias and "PLAIN = 3" in alias  # a plain global: Triton's compiler says it wants a tl.constexpr
     check_definitions_only(alias, "triton")
+    annotated = kernel_source(triton_kernels.does_nothing).text
+    assert "import triton.language as tl" in annotated  # BLOCK: tl.constexpr reads tl when the def runs
+    check_definitions_only(annotated, "triton")
 
 
 @pytest.mark.parametrize("name, message", [

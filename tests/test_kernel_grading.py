@@ -379,9 +379,14 @@ VARIANTS_06 = {
     ), "test_count_ops", "expected"),
     # Total time instead of self time: the Linear (which holds the matmul) wins.
     "total_time": ("dominant_op", lambda given: given.replace("self_cpu_time_total", "cpu_time_total"), "test_dominant_op", "expected 'aten::addmm'"),
-    # The eager chain: right values, every op still there. (Its speed item is not asserted: eager against eager
-    # measures 1.0-1.1x on a quiet machine, but a heavily loaded one has measured 1.3x; the op count is what catches it.)
-    "eager_tail": ("fused_tail", EAGER_TAIL, "test_fused_tail_ops", "at most 2 allowed"),
+    # The eager chain: right values, every op still there. Eager against eager measures 1.0-1.1x on a quiet machine, but
+    # a heavily loaded one has measured 1.3x: the speed item counts the ops first, so the count is what catches it there too.
+    "eager_tail": ("fused_tail", EAGER_TAIL, ("test_fused_tail_ops", "test_fused_tail_speed"), "at most 2 allowed"),
+    # Half of the chain in NumPy, where the profiler sees nothing (2 ATen ops counted): the gate refuses the cell.
+    "numpy_tail": ("fused_tail", (
+        "def fused_tail(x, bias, residual):\n    y = F.gelu(x + bias)\n"
+        "    return torch.from_numpy(y.numpy() * SCALE + residual.numpy())\n"
+    ), ("test_fused_tail_ops", "test_fused_tail_speed"), "takes the values out of torch"),
     # The last result kept per shape: fast, and wrong on the second call of a shape.
     "cached_tail": ("fused_tail", (
         "_compiled = torch.compile(lambda x, bias, residual: F.gelu(x + bias) * SCALE + residual)\n_last = {}\n\n"
@@ -403,6 +408,27 @@ VARIANTS_06 = {
     # No mask on the store: the last block writes past the output.
     "unmasked_store": ("bias_gelu_kernel", lambda given: given.replace(", mask=inside)\n### END", ")\n### END"),
                        "test_bias_gelu_kernel", "wrote past the end"),
+    # No mask on the loads: the store's mask drops what the last block read past x, but a GPU may fault there.
+    # The grader's interpreter checks every load's addresses (its launcher's launches too).
+    "unmasked_loads": ("bias_gelu_kernel", lambda given: given.replace(", mask=inside) + tl.load(", ") + tl.load(").replace(
+        "offsets % n_cols, mask=inside)", "offsets % n_cols)"), ("test_bias_gelu_kernel", "test_triton_fused_launch"), "outside every tensor"),
+    # No Triton at all: torch.compile fuses the chain (Inductor's kernel, not the student's).
+    "compiled_not_triton": ("triton_fused", "triton_fused = torch.compile(lambda x, b: F.gelu(x + b))\n",
+                            "test_triton_fused_launch", "launched no Triton kernel"),
+    # The kernel launched on the first half of the data, torch doing the rest.
+    "half_in_torch": ("triton_fused", (
+        "def triton_fused(x, bias):\n    out = F.gelu(x + bias)\n    half = x.numel() // 2\n"
+        "    bias_gelu_kernel[(triton.cdiv(half, 64),)](x, bias, out, half, x.shape[1], BLOCK=64)\n    return out\n"
+    ), "test_triton_fused_launch", "computed with torch besides its kernels"),
+    # The kernel launched on the whole tensor, then the result rounded through NumPy: refused before it runs.
+    "numpy_launcher": ("triton_fused", lambda given: given.replace("    return out\n", "    return torch.from_numpy(out.numpy())\n"),
+                       "test_triton_fused_launch", "takes the values out of torch"),
+    # The chain computed in the grid function, which Triton calls inside the launch; the kernel launched on nothing.
+    "work_in_the_grid": ("triton_fused", (
+        "def triton_fused(x, bias):\n    out = torch.empty_like(x)\n"
+        "    bias_gelu_kernel[lambda meta: (out.copy_(F.gelu(x + bias)).numel() * 0 + 1,)](x, bias, out, 0, x.shape[1], BLOCK=64)\n"
+        "    return out\n"
+    ), "test_triton_fused_launch", "computed with torch besides its kernels"),
     # The loop, as given: right, and no faster.
     "still_a_loop": ("batched_matmuls", "def batched_matmuls(As, Bs):\n    return torch.stack([a @ b for a, b in zip(As, Bs)])\n",
                      "test_batched_matmuls_speed", "need 3×"),
@@ -414,6 +440,55 @@ VARIANTS_06 = {
     # einsum instead of bmm: as fast.
     "einsum": ("batched_matmuls", "def batched_matmuls(As, Bs):\n    return torch.einsum('bmk,bkp->bmp', As, Bs)\n",
                ("test_batched_matmuls_correct", "test_batched_matmuls_speed"), None),
+    # The layer's tail folded into the matmul the other way: the matmul adds the bias, an add scales and adds the residual.
+    "addmm_then_add": ("linear_tail", (
+        "def linear_tail(x, weight, bias, residual):\n    return torch.add(residual, torch.addmm(bias, x, weight), alpha=SCALE)\n"),
+                       ("test_linear_tail_correct", "test_linear_tail_traffic"), None),
+    # The chain as written: right values, 4 ops, 8 (m, n) tensors' worth of traffic.
+    "eager_linear_tail": ("linear_tail", "def linear_tail(x, weight, bias, residual):\n    return (x @ weight + bias) * SCALE + residual\n",
+                          "test_linear_tail_traffic", "fold the bias"),
+    # In place: no new tensors, but every pass over memory is still there.
+    "in_place_tail": ("linear_tail", "def linear_tail(x, weight, bias, residual):\n    return torch.addmm(bias, x, weight).mul_(SCALE).add_(residual)\n",
+                      "test_linear_tail_traffic", "ran 3 ops"),
+    # Compiled: fused by Inductor, not by the student; counted as its code runs.
+    "compiled_linear_tail": ("linear_tail", "@torch.compile\ndef linear_tail(x, weight, bias, residual):\n    return (x @ weight + bias) * SCALE + residual\n",
+                             "test_linear_tail_traffic", "fold the bias"),
+    # The tail in NumPy, where no counter sees it: refused before it runs.
+    "numpy_linear_tail": ("linear_tail", (
+        "def linear_tail(x, weight, bias, residual):\n    return torch.from_numpy((torch.addmm(bias, x, weight).numpy() * SCALE) + residual.numpy())\n"
+    ), "test_linear_tail_traffic", "takes the values out of torch"),
+    # The standard answers (docs/authoring.md, section 5). The locked baselines: tail_eager, the loop of matmuls and
+    # linear_tail_eager (their correctness items pass, as they should; the Triton launcher has no baseline in a setup cell).
+    "standard_baseline": (("fused_tail", "batched_matmuls", "linear_tail"), (
+        "def fused_tail(x, bias, residual):\n    return tail_eager(x, bias, residual)\n",
+        "def batched_matmuls(As, Bs):\n    return matmuls_loop(As, Bs)\n",
+        "def linear_tail(x, weight, bias, residual):\n    return linear_tail_eager(x, weight, bias, residual)\n",
+    ), ("test_fused_tail_ops", "test_fused_tail_speed", "test_batched_matmuls_speed", "test_linear_tail_traffic"),
+        {"test_fused_tail_ops": "cannot be counted", "test_fused_tail_speed": "cannot be counted", "test_batched_matmuls_speed": "need 3×",
+         "test_linear_tail_traffic": "cannot be counted"}),
+    # Do-nothing answers of the right types, every answer cell at once.
+    "standard_do_nothing": (("count_ops", "dominant_op", "fused_tail", "bias_gelu_kernel", "triton_fused", "batched_matmuls", "linear_tail"), (
+        "def count_ops(fn, *args):\n    return {}\n",
+        "def dominant_op(fn, *args):\n    return 'aten::empty'\n",
+        "def fused_tail(x, bias, residual):\n    return residual\n",
+        "@triton.jit\ndef bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, n_elements, n_cols, BLOCK: tl.constexpr):\n    pass\n",
+        "def triton_fused(x, bias):\n    return torch.empty_like(x)\n",
+        "def batched_matmuls(As, Bs):\n    return torch.zeros(As.shape[0], As.shape[1], Bs.shape[2])\n",
+        "def linear_tail(x, weight, bias, residual):\n    return residual\n",
+    ), ("test_count_ops", "test_dominant_op", "test_fused_tail_correct", "test_fused_tail_ops", "test_fused_tail_speed",
+        "test_bias_gelu_kernel", "test_triton_fused_launch", "test_batched_matmuls_correct", "test_batched_matmuls_speed",
+        "test_linear_tail_correct", "test_linear_tail_traffic"),
+        {"test_count_ops": "expected", "test_dominant_op": "expected", "test_fused_tail_correct": "values differ",
+         "test_fused_tail_ops": "values differ", "test_fused_tail_speed": "values differ", "test_bias_gelu_kernel": "values differ",
+         "test_triton_fused_launch": "values differ", "test_batched_matmuls_correct": "values differ",
+         "test_batched_matmuls_speed": "values differ", "test_linear_tail_correct": "values differ", "test_linear_tail_traffic": "values differ"}),
+    # The visible tests' targets, hard-coded: the counts of the visible model, the visible dominant op. (The other items'
+    # targets come from fresh random inputs: nothing to hand-set.)
+    "standard_hand_set": (("count_ops", "dominant_op"), (
+        "def count_ops(fn, *args):\n    if fn is torch.relu:\n        return {'aten::relu': 1, 'aten::clamp_min': 1}\n"
+        "    return {'aten::linear': 2, 'aten::addmm': 2, 'aten::t': 2, 'aten::relu': 1}\n",
+        "def dominant_op(fn, *args):\n    return 'aten::addmm'\n",
+    ), ("test_count_ops", "test_dominant_op"), {"test_count_ops": "count_ops(a small CNN)", "test_dominant_op": "dominant_op(a convolution"}),
 }
 # Module 07's tensorized answers that do the work some other way: each calls mma exactly as often as the reference.
 ZERO_TILE_MMA = (
@@ -475,6 +550,51 @@ VARIANTS_07 = {
     # No mask on the store: the edge tiles write into the buffer around C.
     "unmasked_store": ("matmul_kernel", lambda given: given.replace(", acc, mask=(rows[:, None] < M) & (cols[None, :] < N))", ", acc)"),
                        "test_matmul_kernel", "wrote outside C"),
+    # Rows and columns unmasked in the loads (K still masked): what the edge tiles read past A and B lands only in
+    # rows and columns the store drops, but a GPU may fault there. The grader's interpreter checks every load's addresses.
+    "unmasked_loads": ("matmul_kernel", lambda given: given.replace("mask=(rows[:, None] < M) & (ks[None, :] < K)", "mask=ks[None, :] < K").replace(
+        "mask=(ks[:, None] < K) & (cols[None, :] < N)", "mask=ks[:, None] < K"), ("test_matmul_kernel", "test_triton_matmul_launch"),
+        "outside every tensor"),
+    # cuBLAS, not Triton: it passed the GPU speed item before the launches were counted (as a def: "launched no Triton kernel").
+    "cublas_lambda": ("triton_matmul", "triton_matmul = lambda a, b: (a @ b).float()\n", "test_triton_matmul_launch", "cannot be counted"),
+    # The kernel launched on the first rows' tiles only, torch computing the last rows.
+    "rows_in_torch": ("triton_matmul", (
+        "def triton_matmul(a, b):\n    (M, K), N = a.shape, b.shape[1]\n    c = torch.empty((M, N), dtype=torch.float32, device=a.device)\n"
+        "    top = M // 32 * 32\n    c[top:] = a[top:] @ b\n"
+        "    matmul_kernel[(triton.cdiv(top, 32) * triton.cdiv(N, 32),)](a, b, c, top, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),\n"
+        "                  c.stride(0), c.stride(1), BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)\n    return c\n"
+    ), "test_triton_matmul_launch", "computed with torch besides its kernels"),
+    # The standard answers (docs/authoring.md, section 5). The locked baselines, called: refused by the grader's gate, so
+    # even their correctness items score 0 (each answer must be the cell's own loops). No baseline for matmul_flops_bytes
+    # or the Triton kernel (cuBLAS, the GPU item's baseline, is cublas_lambda above).
+    "standard_baseline": (("matmul_reordered", "matmul_blocked", "matmul_tensorized"), (
+        "@njit\ndef matmul_reordered(a, b):\n    return matmul_ijk(a, b)\n",
+        "@njit\ndef matmul_blocked(a, b, tile=128):\n    return matmul_ikj(a, b)\n",
+        "@njit\ndef matmul_tensorized(a, b, mma):\n    return matmul_tensorized_strided(a, b, mma)\n",
+    ), ("test_matmul_reordered_correct", "test_matmul_reordered_speed", "test_matmul_blocked_correct", "test_matmul_blocked_speed",
+        "test_matmul_tensorized_correct", "test_matmul_tensorized_calls", "test_matmul_tensorized_speed"), "not only your own compiled loops"),
+    # Do-nothing answers of the right types, every answer cell at once.
+    "standard_do_nothing": (("matmul_flops_bytes", "matmul_reordered", "matmul_blocked", "matmul_tensorized", "matmul_kernel", "triton_matmul"), (
+        "def matmul_flops_bytes(m, k, n, tile, itemsize=4):\n    return 0, 0\n",
+        "@njit\ndef matmul_reordered(a, b):\n    return np.zeros((a.shape[0], b.shape[1]), dtype=a.dtype)\n",
+        "@njit\ndef matmul_blocked(a, b, tile=128):\n    return np.zeros((a.shape[0], b.shape[1]), dtype=a.dtype)\n",
+        "@njit\ndef matmul_tensorized(a, b, mma):\n    return np.zeros((a.shape[0], b.shape[1]), dtype=a.dtype)\n",
+        "@triton.jit\ndef matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,\n"
+        "                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):\n    pass\n",
+        "def triton_matmul(a, b):\n    return torch.empty((a.shape[0], b.shape[1]), dtype=torch.float32, device=a.device)\n",
+    ), ("test_matmul_flops_bytes", "test_matmul_reordered_correct", "test_matmul_reordered_speed", "test_matmul_blocked_correct",
+        "test_matmul_blocked_speed", "test_matmul_tensorized_correct", "test_matmul_tensorized_calls", "test_matmul_tensorized_speed",
+        "test_matmul_kernel", "test_triton_matmul_launch"),
+        {"test_matmul_flops_bytes": "expected", "test_matmul_reordered_correct": "values differ", "test_matmul_reordered_speed": "values differ",
+         "test_matmul_blocked_correct": "values differ", "test_matmul_blocked_speed": "values differ",
+         "test_matmul_tensorized_correct": "values differ", "test_matmul_tensorized_calls": "not one per pair of input tiles",
+         "test_matmul_tensorized_speed": "values differ", "test_matmul_kernel": "values differ", "test_triton_matmul_launch": "values differ"}),
+    # The visible test's targets, hard-coded (the other items' targets come from fresh random inputs: nothing to hand-set).
+    "standard_hand_set": ("matmul_flops_bytes", (
+        "def matmul_flops_bytes(m, k, n, tile, itemsize=4):\n    if tile <= 0:\n        raise ValueError('tile')\n"
+        "    known = {(64, 64, 64, 32, 4): (2 * 64 ** 3, 4 * (2 * 64 ** 3 // 32 + 64 * 64)), (4, 4, 4, 4, 8): (128, 8 * 48)}\n"
+        "    return known.get((m, k, n, tile, itemsize), (2 * m * k * n, 0))\n"
+    ), "test_matmul_flops_bytes", "expected"),
 }
 DO_NOTHING_08 = ("test_conv2d_correct", "test_conv2d_is_im2col", "test_conv2d_speed", "test_maxpool2d_correct", "test_maxpool2d_ops",
                  "test_digits_cnn", "test_fast_train_step", "test_fast_train_step_no_syncs")
@@ -593,7 +713,35 @@ VARIANTS_08 = {
 }
 FAST_LSTM_ITEMS = ("test_lstm_forward_fast", "test_lstm_fast_speed", "test_lstm_fast_vs_library", "test_bilstm_forward")  # bilstm calls it
 FORWARD_ITEMS = ("test_lstm_forward", "test_lstm_forward_gradients")
+SPEED_ITEMS_09 = ("test_lstm_fast_speed", "test_lstm_fast_vs_library")
+ANSWERS_09 = ("lstm_cell", "lstm_forward", "lstm_forward_fast", "bilstm_forward")
+ALL_ITEMS_09 = ("test_lstm_cell", "test_lstm_cell_hidden", *FORWARD_ITEMS, *FAST_LSTM_ITEMS)
 LSTM_SIGNATURE = "def {name}(x, h0, c0, w_ih, w_hh, b_ih, b_hh):\n"
+DO_NOTHING_LSTM = "    return x.new_zeros(x.shape[0], x.shape[1], h0.shape[-1]), (h0, c0)\n"
+
+
+def hand_set_lstm_cell() -> str:
+    """An lstm_cell cell that answers test_lstm_cell's three visible draws from literals: nn.LSTMCell's values on the
+    inputs that torch.manual_seed(0) gives there (the setup's seed before issue 45), zeros on any other input."""
+    import torch
+
+    notebook = nbformat.read(source("09_lstm"), as_version=4)
+    namespace = {}
+    for cell in notebook.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") in ("imports", "cell_setup"):
+            exec(cell.source, namespace)  # noqa: S102 - the instructor's setup cells
+    torch.manual_seed(0)
+    known = []
+    for shape in [(4, 3, 5), (4, 3, 5), (2, 8, 6)]:  # the visible test's draws, in its order
+        args = namespace["cell_inputs"](*shape)
+        h_next, c_next = namespace["torch_lstm_cell"](*namespace["exact"](args))  # as the test computes them (its RNG use too)
+        known.append((float(args[0][0, 0]), tuple(h_next.flatten().tolist()), tuple(c_next.flatten().tolist())))
+    return (f"KNOWN = {tuple(known)!r}\n\n\ndef lstm_cell(x, h, c, w_ih, w_hh, b_ih, b_hh):\n    for key, h_next, c_next in KNOWN:\n"
+            "        if abs(float(x[0, 0]) - key) < 1e-6:\n"
+            "            return torch.tensor(h_next, dtype=x.dtype).view(h.shape), torch.tensor(c_next, dtype=x.dtype).view(c.shape)\n"
+            "    return torch.zeros_like(h), torch.zeros_like(c)\n")
+
+
 VARIANTS_09 = {
     # The library's LSTM op, from a cell the gate lets through: the grader's count shows it, in every item that uses it.
     "calls_torch_lstm": ("lstm_forward_fast", LSTM_SIGNATURE.format(name="lstm_forward_fast") + (
@@ -620,20 +768,17 @@ VARIANTS_09 = {
     "detached_state": ("lstm_forward",
                        lambda given: given.replace("        outputs.append(h)\n", "        outputs.append(h)\n        h, c = h.detach(), c.detach()\n"),
                        "test_lstm_forward_gradients", "the gradient with respect to"),
-    # The per-gate baseline written out as the "fast" one: right, and no faster (within 16× of the library: it keeps that point).
-    "per_gate_as_fast": ("lstm_forward_fast", LSTM_SIGNATURE.format(name="lstm_forward_fast") + (
-        "    hidden = h0.shape[-1]\n    w_i, w_h, b_i, b_h = w_ih.split(hidden), w_hh.split(hidden), b_ih.split(hidden), b_hh.split(hidden)\n"
-        "    h, c = h0[0], c0[0]\n    outputs = []\n    for x_t in x:\n"
-        "        pre = [x_t @ w_i[k].T + b_i[k] + h @ w_h[k].T + b_h[k] for k in range(4)]\n"
-        "        c = torch.sigmoid(pre[1]) * c + torch.sigmoid(pre[0]) * torch.tanh(pre[2])\n        h = torch.sigmoid(pre[3]) * torch.tanh(c)\n"
-        "        outputs.append(h)\n    return torch.stack(outputs), (h.unsqueeze(0), c.unsqueeze(0))\n"),
-        "test_lstm_fast_speed", "need 1.3×"),
-    # One sequence of the batch at a time: right, eight times the ops, and far from the library's speed too.
+    # The projection hoisted, then the recurrence run for one sequence of the batch at a time: right, eight times the ops,
+    # and far from the library's speed too.
     "loops_over_batch": ("lstm_forward_fast", LSTM_SIGNATURE.format(name="lstm_forward_fast") + (
-        "    rows = [lstm_forward(x[:, n:n + 1], h0[:, n:n + 1], c0[:, n:n + 1], w_ih, w_hh, b_ih, b_hh) for n in range(x.shape[1])]\n"
-        "    output = torch.cat([row[0] for row in rows], dim=1)\n"
-        "    return output, (torch.cat([row[1][0] for row in rows], dim=1), torch.cat([row[1][1] for row in rows], dim=1))\n"),
-        ("test_lstm_fast_speed", "test_lstm_fast_vs_library"), "need"),
+        "    steps, batch, _ = x.shape\n"
+        "    gates_x = torch.addmm(b_ih + b_hh, x.reshape(steps * batch, -1), w_ih.T).view(steps, batch, -1)\n"
+        "    outputs, h_n, c_n = [], [], []\n    for n in range(batch):\n        h, c = h0[0, n:n + 1], c0[0, n:n + 1]\n        row = []\n"
+        "        for t in range(steps):\n            i, f, g, o = torch.addmm(gates_x[t, n:n + 1], h, w_hh.T).chunk(4, dim=1)\n"
+        "            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)\n            h = torch.sigmoid(o) * torch.tanh(c)\n"
+        "            row.append(h)\n        outputs.append(torch.stack(row))\n        h_n.append(h)\n        c_n.append(c)\n"
+        "    return torch.cat(outputs, dim=1), (torch.cat(h_n).unsqueeze(0), torch.cat(c_n).unsqueeze(0))\n"),
+        SPEED_ITEMS_09, "need"),
     # A later line rebinds the graded name to the library: the grader takes the last definition, which the gate refuses.
     "rebound_to_the_library": ("lstm_forward_fast", lambda given: given + "\n\nlstm_forward_fast = lambda *args: torch_lstm(*args)\n",
                                FAST_LSTM_ITEMS, "cannot be counted by the grader"),
@@ -645,6 +790,63 @@ VARIANTS_09 = {
         "    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)\n    return torch.sigmoid(o) * torch.tanh(c), c\n"),
         ("test_lstm_cell", "test_lstm_cell_hidden", *FORWARD_ITEMS), None),
     "bilstm_on_lstm_forward": ("bilstm_forward", lambda given: given.replace("lstm_forward_fast(", "lstm_forward("), "test_bilstm_forward", None),
+    # Issue 45: the "fast" LSTM is question 2's, the input projection left in the loop (one GEMM for the four gates alone is
+    # 1.7× the naive one): the grader counts the ops that multiply the input by w_ih, 16 for 16 steps and 64 for 64.
+    "not_hoisted": ("lstm_forward_fast", LSTM_SIGNATURE.format(name="lstm_forward_fast") + "    return lstm_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh)\n",
+                    SPEED_ITEMS_09, "hoist the input projection"),
+    # One GEMM a step of [x_t, h] with [w_ih, w_hh]: as few ops a step as the hoisted loop, the input still projected step by step.
+    "concatenated_gemm": ("lstm_forward_fast", LSTM_SIGNATURE.format(name="lstm_forward_fast") + (
+        "    w = torch.cat([w_ih, w_hh], dim=1).T\n    bias = b_ih + b_hh\n    h, c = h0[0], c0[0]\n    outputs = []\n    for x_t in x:\n"
+        "        i, f, g, o = torch.addmm(bias, torch.cat([x_t, h], dim=1), w).chunk(4, dim=1)\n"
+        "        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)\n        h = torch.sigmoid(o) * torch.tanh(c)\n"
+        "        outputs.append(h)\n    return torch.stack(outputs), (h.unsqueeze(0), c.unsqueeze(0))\n"),
+        SPEED_ITEMS_09, "hoist the input projection"),
+    # The input's product written as a broadcast multiply and a sum each step, no GEMM op for a list of names to find.
+    "broadcast_input_product": ("lstm_forward_fast", lambda given: given.replace(
+        "torch.addmm(gates_x[t], h, w_hh_t)", "torch.addmm((x[t].unsqueeze(1) * w_ih).sum(2) + b_ih + b_hh, h, w_hh_t)"),
+        SPEED_ITEMS_09, "hoist the input projection"),
+    # Hoisted only where the count looks (a short sequence), step by step on the timed length: the count is taken on both.
+    "hoisted_when_short": ("lstm_forward_fast", lambda given: given.replace("    steps, batch, _ = x.shape\n", (
+        "    steps, batch, _ = x.shape\n    if steps > 16:\n        return lstm_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh)\n")),
+        SPEED_ITEMS_09, "hoist the input projection"),
+    # The input mixed with w_ih once in a cheap op, then projected step by step: what that op returns is not the projection,
+    # so it counts as computed from both, and every op that reads it again is counted.
+    "laundered_input": ("lstm_forward_fast", LSTM_SIGNATURE.format(name="lstm_forward_fast") + (
+        "    x = x + 0 * w_ih.sum()\n    return lstm_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh)\n"), SPEED_ITEMS_09, "hoist the input projection"),
+    # The whole projection computed before the loop for show, and the loop projecting each step anyway.
+    "decoy_projection": ("lstm_forward_fast", LSTM_SIGNATURE.format(name="lstm_forward_fast") + (
+        "    unused = x @ w_ih.T\n    return lstm_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh)\n"), SPEED_ITEMS_09, "hoist the input projection"),
+    # Issue 45: torch.compile of a call of the library's LSTM: compiled in float64 it runs as addmm and pointwise ops, so the
+    # gradients item (float64 only) saw no lstm op. The grader counts with torch.compile switched off: the call shows.
+    "compiled_torch_lstm": ("lstm_forward", "@torch.compile\n" + LSTM_SIGNATURE.format(name="lstm_forward") + (
+        "    output, h_n, c_n = torch.lstm(x, (h0, c0), (w_ih, w_hh, b_ih, b_hh), True, 1, 0.0, False, False, False)\n"
+        "    return output, (h_n, c_n)\n"), FORWARD_ITEMS, "calls aten::lstm"),
+    # The library's one-step op, compiled: decomposed in every dtype, so both cell items (and the layer's) saw none.
+    "compiled_lstm_cell_op": ("lstm_cell", "@torch.compile\ndef lstm_cell(x, h, c, w_ih, w_hh, b_ih, b_hh):\n"
+                              "    return torch.lstm_cell(x, (h, c), w_ih, w_hh, b_ih, b_hh)\n",
+                              ("test_lstm_cell", "test_lstm_cell_hidden", *FORWARD_ITEMS), "calls aten::lstm_cell"),
+    # The standard answers (issue 45). Locked baseline: only lstm_forward_fast has one (lstm_forward_naive, written out:
+    # the gate refuses a call of it); it answers the values item and bilstm_forward's, and neither speed item.
+    "standard_baseline": ("lstm_forward_fast", LSTM_SIGNATURE.format(name="lstm_forward_fast") + (
+        "    hidden = h0.shape[-1]\n    w_i, w_h, b_i, b_h = w_ih.split(hidden), w_hh.split(hidden), b_ih.split(hidden), b_hh.split(hidden)\n"
+        "    h, c = h0[0], c0[0]\n    outputs = []\n    for x_t in x:\n"
+        "        pre = [x_t @ w_i[k].T + b_i[k] + h @ w_h[k].T + b_h[k] for k in range(4)]\n"
+        "        c = torch.sigmoid(pre[1]) * c + torch.sigmoid(pre[0]) * torch.tanh(pre[2])\n        h = torch.sigmoid(pre[3]) * torch.tanh(c)\n"
+        "        outputs.append(h)\n    return torch.stack(outputs), (h.unsqueeze(0), c.unsqueeze(0))\n"),
+        SPEED_ITEMS_09, "hoist the input projection"),
+    # Do nothing: every answer returns zeros of the right shapes (the states unchanged for h_n and c_n).
+    "standard_do_nothing": (ANSWERS_09, (
+        "def lstm_cell(x, h, c, w_ih, w_hh, b_ih, b_hh):\n    return torch.zeros_like(h), torch.zeros_like(c)\n",
+        LSTM_SIGNATURE.format(name="lstm_forward") + DO_NOTHING_LSTM, LSTM_SIGNATURE.format(name="lstm_forward_fast") + DO_NOTHING_LSTM,
+        "def bilstm_forward(x, h0, c0, params_fwd, params_bwd):\n"
+        "    return x.new_zeros(x.shape[0], x.shape[1], 2 * h0.shape[-1]), (h0, c0)\n"),
+        ALL_ITEMS_09, {**dict.fromkeys(ALL_ITEMS_09, "values differ"), "test_lstm_forward_gradients": "does not depend on x"}),
+    # Hand-set: lstm_cell answers the visible test's three draws from literals (nn.LSTMCell's values on the inputs that
+    # torch.manual_seed(0) drew there), zeros otherwise. It kept test_lstm_cell while the setup seeded 0; now torch.seed().
+    "standard_hand_set": ("lstm_cell", lambda given: hand_set_lstm_cell(),
+                          ("test_lstm_cell", "test_lstm_cell_hidden", *FORWARD_ITEMS),
+                          {"test_lstm_cell": "values differ", "test_lstm_cell_hidden": "values differ",
+                           "test_lstm_forward": "values differ", "test_lstm_forward_gradients": "does not require grad"}),
 }
 STEP_ITEMS = ("test_train_step", "test_train_step_no_syncs")
 # A ring_generator() whose weights put every sample on one of the centres given (the sign of z[0], z[1], z[2] picks one of

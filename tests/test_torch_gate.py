@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+import triton
 
 from autograder.torch_gate import UncountableSource, check_countable
 
@@ -55,7 +56,34 @@ REFUSED = {
     "an annotation that runs code": ("def f(x: print('hi')):\n    return x", "annotation"),
     "a walrus": ("def f(x):\n    return (y := x)", ":="),
     "a syntax error": ("def f(x:\n", "does not parse"),
+    "arithmetic in numpy": ("def f(x):\n    return torch.from_numpy(x.numpy() * 2.0)", "takes the values out of torch"),
+    "arithmetic in Python": ("def f(x):\n    return torch.tensor([v * 2.0 for v in x.tolist()])", "takes the values out of torch"),
 }
+
+# A Triton launcher's cell (modules 06 and 07): it may launch the given kernels and use triton.cdiv, nothing of triton else.
+LAUNCHER_SETUP = {**SETUP, "triton": triton}
+LAUNCHER = ("def launch(x):\n    out = torch.empty_like(x)\n    block = triton.next_power_of_2(64)\n"
+            "    kernel[(triton.cdiv(x.numel(), block),)](x, out, x.numel(), BLOCK=block)\n    return out\n")
+LAUNCHER_REFUSED = {
+    "torch.compile": ("launch = torch.compile(lambda x: F.gelu(x))", "may not use torch.compile"),
+    "a compiled def": ("@torch.compile\ndef launch(x):\n    return F.gelu(x)", "decorated"),
+    "the kernel's attributes": ("def launch(x):\n    return kernel.fn(x)", "launch it as kernel[grid]"),
+    "other triton": ("def launch(x):\n    triton.runtime.driver.active.get_current_device()\n    return x", "only triton.cdiv"),
+}
+
+
+def test_a_launcher_may_launch_its_kernels():
+    check_countable(LAUNCHER, LAUNCHER_SETUP, answers={"kernel"}, kernels={"kernel"})
+    with pytest.raises(UncountableSource, match="not defined"):  # an answer cell that is no launcher: triton is not there
+        check_countable(LAUNCHER, SETUP, answers={"kernel"})
+
+
+@pytest.mark.parametrize("name", sorted(LAUNCHER_REFUSED))
+def test_a_launcher_is_refused_what_would_hide_work(name):
+    text, reason = LAUNCHER_REFUSED[name]
+    with pytest.raises(UncountableSource, match="line") as refused:
+        check_countable(text, LAUNCHER_SETUP, answers={"kernel"}, kernels={"kernel"})
+    assert reason in str(refused.value), str(refused.value)
 
 
 @pytest.mark.parametrize("name", sorted(COUNTABLE))
@@ -77,3 +105,14 @@ def test_countable_cells_count_what_they_run():
     exec(COUNTABLE["by_hand"], namespace)  # noqa: S102
     x, bias, residual = torch.randn(3, 4), torch.randn(4), torch.randn(3, 4)
     torch.testing.assert_close(namespace["fused_tail"](x, bias, residual), tail_eager(x, bias, residual))
+
+
+def test_a_compiled_call_of_the_library_lstm_is_counted_as_written():
+    """The gate lets torch.compile through; module 09 counts its answers with it switched off (``eager=True``), where
+    a compiled call of torch.lstm_cell shows as aten::lstm_cell (compiled, it would run as addmm and pointwise ops)."""
+    from gpucourse import check
+
+    compiled = torch.compile(lambda x, h, c, w_ih, w_hh: torch.lstm_cell(x, (h, c), w_ih, w_hh))
+    args = (torch.randn(2, 3), torch.randn(2, 4), torch.randn(2, 4), torch.randn(16, 3), torch.randn(16, 4))
+    _, ops = check.counted_call(compiled, *args, counter=check.top_level_ops, top_level=True, eager=True)
+    assert "aten::lstm_cell" in ops, ops

@@ -48,3 +48,8 @@ def reads_a_list(x_ptr, n, BLOCK: tl.constexpr):
 @triton.jit(noinline=True)
 def with_options(x_ptr):
     tl.store(x_ptr, 1.0)
+
+
+@triton.jit
+def does_nothing(x_ptr, BLOCK: tl.constexpr):  # tl only in an annotation: the source must still import it
+    pass

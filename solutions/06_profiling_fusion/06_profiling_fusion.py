@@ -2,7 +2,7 @@
 # # Assignment 06: profiling and kernel fusion — count the ops, find the one that dominates, fuse, batch
 #
 # This assignment checks the ideas of lecture 06 (`course/06_profiling_fusion.ipynb`).
-# You will read what the profiler records, fuse a chain of pointwise ops so that it runs as one pass, write the same fusion as a Triton kernel, replace a Python loop of small matmuls by one batched call, and read a real profile.
+# You will read what the profiler records, fuse a chain of pointwise ops so that it runs as one pass, write the same fusion as a Triton kernel, replace a Python loop of small matmuls by one batched call, fold a layer's tail into its matmul by hand, and read a real profile.
 #
 # How it works:
 # - Write your code where a cell says `raise NotImplementedError(...)`; delete that line.
@@ -10,7 +10,7 @@
 # - Grading reruns every test cell, plus hidden tests with other inputs and edge cases.
 # - Everything here runs on a CPU: the profiler records CPU ops, `torch.compile` generates C++ for the CPU, and Triton kernels run in Triton's interpreter. The Triton speed item waits for a GPU regrade.
 #
-# Points: 15 autograded (2 of them on a GPU), 1 graded by hand.
+# Points: 19 autograded (2 of them on a GPU), 1 graded by hand.
 
 # %%
 # Setup: on Colab, install the course package first (locally, `make lab` already did).
@@ -141,8 +141,8 @@ for label, fn, args in [
 # Graded:
 # - the values, on fresh inputs of several shapes and both dtypes (2 points);
 # - the ops of one call, counted by the grader's own profiler (1 point): at most `MAX_TAIL_OPS` ATen ops, where the eager chain runs 4 plus the conversion of the Python float.
-#   In your notebook the test counts them with your `count_ops`; when graded, your answer cell is run in a fresh process with only this notebook's setup cells, and counted there. So keep this answer cell to torch operations, `math` and `torch.compile` (no other imports, no state kept between calls); it is checked before it runs, and the message says which line is not allowed.
-# - the speed, on fresh 4096 × 1024 float32 inputs (2 points): at least 1.2× faster than `tail_eager` on a CPU (the reference solution, compiled, measured 1.5-2.4× on 2-core CPUs, one thread, in this notebook and under the grader, and 1.29× in a notebook beside other heavy work: the GELU's erf costs the same fused or not, the passes over memory are what fusion saves), and 2× on a GPU. Compilation happens in the untimed warm-up call.
+#   In your notebook the test counts them with your `count_ops`; when graded, your answer cell is run in a fresh process with only this notebook's setup cells, and counted there. So keep this answer cell to torch operations, `math` and `torch.compile` (no other imports, no state kept between calls, no `.numpy()` or `.tolist()`: work done outside torch is work the profiler cannot count); it is checked before it runs, and the message says which line is not allowed.
+# - the speed, on fresh 4096 × 1024 float32 inputs (2 points), for an answer that also keeps to `MAX_TAIL_OPS` (counted as above) and is timed where it was counted: at least 1.2× faster than `tail_eager` on a CPU (the reference solution, compiled, measured 1.5-2.4× on 2-core CPUs, one thread, in this notebook and under the grader, and 1.29× in a notebook beside other heavy work: the GELU's erf costs the same fused or not, the passes over memory are what fusion saves), and 2× on a GPU. Compilation happens in the untimed warm-up call.
 #   The GPU threshold is modelled, not yet measured (`gpucourse.thresholds`: 10 passes over memory down to 3, about 3.4× on every card in `gpu_specs`: V100, T4, A100, L4, H100, H200); `scripts/gpu_check.sh` will calibrate it on the first GPU run.
 #
 # The answer cell below starts empty; its shape is
@@ -205,19 +205,23 @@ assert total <= MAX_TAIL_OPS, f"fused_tail ran {total} ATen ops ({ops}); at most
 print(f"fused_tail: {total} ATen op(s) in one call {ops}")
 
 # %% nbgrader={"grade_id": "test_fused_tail_speed", "grade": true, "points": 2}
-"""fused_tail is 1.2x faster than tail_eager on fresh 4096 x 1024 float32 inputs (2x on a GPU)."""
+"""fused_tail runs at most MAX_TAIL_OPS ATen ops and is 1.2x faster than tail_eager on fresh 4096 x 1024 float32 inputs (2x on a GPU)."""
 # On a GPU the threshold is modelled, not yet measured (gpucourse.thresholds.fused_tail_speed); scripts/gpu_check.sh calibrates it.
 SPEEDUP_NEEDED = {"cpu": 1.2, "cuda": 2.0}
 if gpucourse.device_class() == "cuda":
     print(thresholds.describe("test_fused_tail_speed", SPEEDUP_NEEDED["cuda"]))
+# Fused first (a speed an unfused chain also reaches on a busy machine earns nothing), then timed where it was counted.
+ops = check.counted_call(fused_tail, *tail_inputs(256, 512), counter=count_ops)[1]
+assert sum(ops.values()) <= MAX_TAIL_OPS, f"fused_tail ran {sum(ops.values())} ATen ops ({ops}); at most {MAX_TAIL_OPS} allowed: fuse the chain"
+fused = check.torch_only(fused_tail)
 args = tail_inputs(4096, 1024)
-check_tail(args, fused_tail(*args))
-check.assert_measured_speedup(lambda: timing.compare_speed(tail_eager, fused_tail, lambda: tail_inputs(4096, 1024), check=check_tail,
+check_tail(args, fused(*args))
+check.assert_measured_speedup(lambda: timing.compare_speed(tail_eager, fused, lambda: tail_inputs(4096, 1024), check=check_tail,
                                                                 charge_cpu_time=True),
                               check.required_speedup(SPEEDUP_NEEDED), name="fused_tail vs tail_eager")
 
 # %% [markdown]
-# ## Question 4: the same fusion as a Triton kernel (4 points, 2 of them on a GPU)
+# ## Question 4: the same fusion as a Triton kernel (5 points, 2 of them on a GPU)
 #
 # Write the kernel `bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, n_elements, n_cols, BLOCK: tl.constexpr)`: `out = gelu(x + bias)` for a contiguous `x` of shape `(m, n_cols)` seen as `n_elements = m * n_cols` values, and `bias` of shape `(n_cols,)` added to every row.
 # Each program handles `BLOCK` consecutive elements; mask the loads and the store so that `n_elements` need not be a multiple of `BLOCK` (the tests launch shapes that are not).
@@ -225,8 +229,9 @@ check.assert_measured_speedup(lambda: timing.compare_speed(tail_eager, fused_tai
 # Then write the launcher `triton_fused(x, bias)` that allocates the output and launches your kernel over the whole tensor, as Triton's tutorials do.
 #
 # Graded:
-# - the kernel (2 points), launched by the tests themselves on shapes that are not multiples of the block, with a guard zone after the output that must stay untouched. When graded, your kernel's source is compiled by Triton for a real GPU (sm_80) first, then run in a fresh process that holds only that source: a kernel body must be Triton code (no torch inside: the interpreter would run it, a GPU would not).
-# - on a GPU, `triton_fused` against the eager `F.gelu(x + bias)` on 4096 × 4096 float32 (2 points): at least 1.3×. That threshold is modelled, not yet measured (`gpucourse.thresholds`: one pass instead of two over memory, 2× on every card in `gpu_specs`: V100, T4, A100, L4, H100, H200); `scripts/gpu_check.sh` will calibrate it on the first GPU run.
+# - the kernel (2 points), launched by the tests themselves on shapes that are not multiples of the block, with a guard zone after the output that must stay untouched. When graded, your kernel's source is compiled by Triton for a real GPU (sm_80) first, then run in a fresh process that holds only that source: a kernel body must be Triton code (no torch inside: the interpreter would run it, a GPU would not). There every load and store is also checked to stay inside the tensors the kernel was given: a load without a mask reads past the end of `x`, which a GPU may not survive.
+# - the launcher (1 point): `triton_fused` must launch your kernel, and the kernel must do all the work: the test counts what one call runs, and besides your kernel's launches torch may only allocate (`torch.empty_like`), never compute (no `F.gelu`, no `+`). When graded it is counted in a fresh process holding only the setup cells, your launcher's cell and your kernel, so keep the launcher's cell to `torch.empty...`, the tensors' shapes and strides, `triton.cdiv` and the launch (no `torch.compile`).
+# - on a GPU, `triton_fused` against the eager `F.gelu(x + bias)` on 4096 × 4096 float32 (2 points), first checked as the launcher item checks it, then timed where it was checked: at least 1.3×. That threshold is modelled, not yet measured (`gpucourse.thresholds`: one pass instead of two over memory, 2× on every card in `gpu_specs`: V100, T4, A100, L4, H100, H200); `scripts/gpu_check.sh` will calibrate it on the first GPU run.
 #
 # The answer cell below starts empty; its shape is
 #
@@ -269,20 +274,29 @@ GUARD = 100  # elements after the output that the kernel must leave alone (a sto
 def launch_bias_gelu(kernel, m, n, block):
     """Launch ``kernel`` on fresh (m, n) inputs: (x, bias, out, guard).
 
-    x and out are the first m * n elements of longer buffers: after out, a guard zone of NaNs that a
-    store without a mask overwrites; after x, values an unmasked load may read (instead of crashing).
+    out is the first m * n elements of a longer buffer: after it, a guard zone of NaNs that a store
+    without a mask overwrites. x is exactly m * n elements: a load without a mask reads past its end
+    (the grader checks every load's addresses; in a notebook it reads whatever lies there).
     """
     device = gpucourse.device()
-    x, bias = torch.randn(m * n + GUARD, device=device), torch.randn(n, device=device)
+    x, bias = torch.randn(m * n, device=device), torch.randn(n, device=device)
     out = torch.full((m * n + GUARD,), float("nan"), device=device)
     kernel[(triton.cdiv(m * n, block),)](x, bias, out, m * n, n, BLOCK=block)
-    return x[: m * n].view(m, n), bias, out[: m * n].view(m, n), out[m * n:]
+    return x.view(m, n), bias, out[: m * n].view(m, n), out[m * n:]
 
 
 def check_bias_gelu(kernel, m, n, block):
     x, bias, out, guard = launch_bias_gelu(kernel, m, n, block)
     check.assert_close(out, F.gelu(x + bias), rtol=1e-4, atol=1e-5, name=f"bias_gelu_kernel on ({m}, {n}), BLOCK={block}")
     assert bool(torch.isnan(guard).all()), f"bias_gelu_kernel on ({m}, {n}), BLOCK={block} wrote past the end of the output: mask the store"
+
+
+def check_triton_fused(launcher, m, n):
+    """One counted call of ``launcher`` on fresh (m, n) inputs: the right values, computed by Triton kernels alone."""
+    x, bias = torch.randn(m, n, device=gpucourse.device()), torch.randn(n, device=gpucourse.device())
+    output, ops = check.counted_call(launcher, x, bias, counter=check.launched_ops)
+    check.assert_close(output, F.gelu(x + bias), rtol=1e-4, atol=1e-5, name=f"triton_fused on ({m}, {n})")
+    check.assert_kernels_did_the_work(ops, name=f"triton_fused on ({m}, {n})")
 
 
 # %% nbgrader={"grade_id": "test_bias_gelu_kernel", "grade": true, "points": 2}
@@ -295,13 +309,21 @@ check_bias_gelu(bias_gelu_kernel, 13, 77, 256)
 check_bias_gelu(bias_gelu_kernel, 1, 1, 16)
 ### END HIDDEN TESTS
 
+# %% nbgrader={"grade_id": "test_triton_fused_launch", "grade": true, "points": 1}
+"""triton_fused launches your kernel, which does all the work (torch only allocates), on fresh inputs, twice per shape."""
+for shape in [(7, 45), (7, 45), (16, 64)]:
+    check_triton_fused(triton_fused, *shape)
+### BEGIN HIDDEN TESTS
+for shape in [(1, 3), (37, 100)]:
+    check_triton_fused(triton_fused, *shape)
+### END HIDDEN TESTS
+
 # %% nbgrader={"grade_id": "test_triton_speed", "grade": true, "points": 2} tags=["requires-gpu"]
-"""On a GPU: triton_fused is 1.3x faster than the eager F.gelu(x + bias) on 4096 x 4096 float32."""
+"""On a GPU: triton_fused, launching only your kernel, is 1.3x faster than the eager F.gelu(x + bias) on 4096 x 4096 float32."""
 # Modelled, not yet measured (gpucourse.thresholds.bias_gelu_speed); scripts/gpu_check.sh calibrates it on the first GPU run.
 SPEEDUP_NEEDED = {"cuda": 1.3}
 print(thresholds.describe("test_triton_speed", SPEEDUP_NEEDED["cuda"]))
-small_x, small_bias = torch.randn(7, 45, device=gpucourse.device()), torch.randn(45, device=gpucourse.device())  # first, a small call
-check.assert_close(triton_fused(small_x, small_bias), F.gelu(small_x + small_bias), rtol=1e-4, atol=1e-5, name="triton_fused on (7, 45)")
+check_triton_fused(triton_fused, 7, 45)  # first, a small call
 if gpucourse.device_class() != "cuda":
     print("needs a GPU: there the kernel reads x once and writes out once, where eager torch makes two passes")
 else:
@@ -314,7 +336,9 @@ else:
     def check_timed_bias_gelu(args, output):
         check.assert_close(output, bias_gelu_eager(*args), rtol=1e-4, atol=1e-5, name="a timed triton_fused")
 
-    result = timing.compare_speed(bias_gelu_eager, triton_fused, fresh_bias_gelu, check=check_timed_bias_gelu)
+    check_triton_fused(triton_fused, 4096, 4096)  # at the timed size too: the kernel does all the work there
+    # Timed where it was counted (when graded: the process holding only the setup cells, the launcher and its kernel).
+    result = timing.compare_speed(bias_gelu_eager, check.torch_only(triton_fused), fresh_bias_gelu, check=check_timed_bias_gelu)
     check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="triton_fused vs eager")
 
 # %% [markdown]
@@ -376,7 +400,113 @@ result = timing.compare_speed(matmuls_loop, batched_matmuls, lambda: matmul_inpu
 check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="batched_matmuls vs the loop")
 
 # %% [markdown]
-# ## Question 6: read a profile (1 point, graded by hand)
+# ## Question 6: fold the tail into the matmul, by hand (3 points)
+#
+# `linear_tail_eager` below is a layer and its tail: `(x @ weight + bias) * SCALE + residual`, four ops, each writing an `(m, n)` tensor that the next one reads back.
+# No compiler this time: write `linear_tail(x, weight, bias, residual)` with the same values from torch's eager ops, in **at most 2 ops that move at most `linear_tail_budget(m, k, n)` bytes**.
+# Besides reading `x`, `weight` and `bias` once, the eager chain moves 8 `(m, n)` tensors' worth (the product written, read back, ...); the budget allows 5, of which reading `residual` and writing the output are 2.
+# Look at the optional arguments of torch's matmul ops (`torch.addmm`'s `beta` and `alpha`) and of `torch.add` (`alpha`): a matmul can add a tensor to its product and scale both, as cuBLAS's epilogues do on a GPU.
+# Graded:
+# - the values, float32 and float64, on fresh inputs of several shapes (1 point);
+# - the ops and the bytes they move (2 points), counted by `linear_tail_traffic` below: every op below autograd (views move nothing), each reading its tensor arguments and writing its outputs whole. When graded it runs in a fresh process with only this notebook's setup cells and your answer cell, so keep that cell to torch operations, as for `fused_tail`; `torch.compile` is switched off there (a compiled function is counted as its code runs).
+#
+# About 2 lines.
+
+# %% nbgrader={"grade_id": "linear_tail_setup", "locked": true}
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402 - the counter below is this question's alone
+
+
+def linear_tail_eager(x, weight, bias, residual):
+    """x: (m, k), weight: (k, n), bias: (n,), residual: (m, n) -> (x @ weight + bias) * SCALE + residual."""
+    return (x @ weight + bias) * SCALE + residual
+
+
+def linear_tail_inputs(m, k, n, dtype=torch.float32):
+    device = gpucourse.device()
+    return (torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device),
+            torch.randn(n, dtype=dtype, device=device), torch.randn(m, n, dtype=dtype, device=device))
+
+
+def linear_tail_budget(m, k, n, itemsize=4):
+    """Bytes linear_tail may move: its inputs once (x, weight, bias, residual) and 5 (m, n) tensors' worth in all."""
+    return itemsize * (m * k + k * n + n + 5 * m * n)
+
+
+def check_linear_tail(args, output):
+    x = args[0]
+    check.assert_close(output, linear_tail_eager(*args), rtol=1e-4, atol=1e-4 * math.sqrt(x.shape[1]),
+                       name=f"linear_tail on {tuple(x.shape)} @ {tuple(args[1].shape)} {x.dtype}")
+
+
+def _moved(tensor):
+    """Bytes of the distinct elements a tensor covers: a broadcast bias (stride 0) is its n values, not m * n."""
+    return tensor.element_size() * math.prod(size for size, stride in zip(tensor.shape, tensor.stride()) if stride != 0)
+
+
+class _Traffic(TorchDispatchMode):
+    """Each op below autograd that is not a view, with the bytes of its tensor arguments and of its outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        output = func(*args, **(kwargs or {}))
+        if not func.is_view:
+            values = [*args, *(kwargs or {}).values(), *(output if isinstance(output, tuple | list) else [output])]
+            self.ops.append((str(func.overloadpacket), sum(_moved(v) for v in values if isinstance(v, torch.Tensor))))
+        return output
+
+
+def linear_tail_traffic(m, k, n, dtype=torch.float32):
+    """One call of linear_tail on fresh (m, k), (k, n) inputs: (the inputs, its output, [(op, bytes moved), ...])."""
+    args = linear_tail_inputs(m, k, n, dtype)
+    with torch.compiler.set_stance("force_eager"), _Traffic() as traffic:
+        output = linear_tail(*args)
+    return args, output, traffic.ops
+
+
+def check_linear_tail_traffic(traffic, m, k, n, dtype=torch.float32):
+    """``traffic`` (linear_tail_traffic, run where only the setup cells and your answer cell ran): right values, at most
+    2 ops moving at most linear_tail_budget bytes."""
+    args, output, ops = traffic(m, k, n, dtype)
+    check_linear_tail(args, output)
+    moved, budget = sum(nbytes for _, nbytes in ops), linear_tail_budget(m, k, n, args[0].element_size())
+    assert len(ops) <= 2 and moved <= budget, (f"linear_tail on ({m}, {k}) @ ({k}, {n}) ran {len(ops)} ops moving {moved} bytes "
+                                               f"({ops}); at most 2 ops and {budget} bytes: fold the bias, the scale and the residual into the matmul")
+
+
+# %% nbgrader={"grade_id": "linear_tail", "solution": true}
+def linear_tail(x, weight, bias, residual):
+    """x: (m, k), weight: (k, n), bias: (n,), residual: (m, n) -> (x @ weight + bias) * SCALE + residual, in 2 ops."""
+    ### BEGIN SOLUTION
+    # SCALE * (x @ weight) + (SCALE * bias + residual): one add for the second part, the matmul adds its product to it.
+    return torch.addmm(torch.add(residual, bias, alpha=SCALE), x, weight, alpha=SCALE)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade_id": "test_linear_tail_correct", "grade": true, "points": 1}
+"""linear_tail matches linear_tail_eager on fresh inputs, twice per shape."""
+for shape in [(32, 16, 24), (32, 16, 24), (5, 1, 3)]:
+    args = linear_tail_inputs(*shape)
+    check_linear_tail(args, linear_tail(*args))
+### BEGIN HIDDEN TESTS
+for shape, dtype in [((7, 33, 9), torch.float64), ((1, 64, 128), torch.float32)]:
+    args = linear_tail_inputs(*shape, dtype=dtype)
+    check_linear_tail(args, linear_tail(*args))
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "test_linear_tail_traffic", "grade": true, "points": 2}
+"""linear_tail runs at most 2 ops moving at most linear_tail_budget bytes, counted where only your answer cell ran."""
+traffic = check.answers_only(linear_tail_traffic, "linear_tail", gated=True)  # when graded: where only your answer cell ran
+check_linear_tail_traffic(traffic, 256, 64, 128)
+check_linear_tail_traffic(traffic, 256, 64, 128)
+### BEGIN HIDDEN TESTS
+check_linear_tail_traffic(traffic, 100, 300, 40, torch.float64)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Question 7: read a profile (1 point, graded by hand)
 #
 # This table is a real profile, measured on a CPU (AMD EPYC, one thread, torch 2.13) of one forward call of an MLP block on a batch of 256 × 1024: LayerNorm, `Linear(1024, 4096)`, a gated GELU written as separate ops (`F.gelu(y) * torch.sigmoid(y)`), dropout, `Linear(4096, 1024)` and a residual add.
 #

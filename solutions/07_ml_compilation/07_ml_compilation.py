@@ -14,7 +14,7 @@
 # No `@`, no `np.dot`, no call to a function of another cell.
 # When graded, each of these cells runs in a fresh process with only this notebook's setup cells; it is checked before it runs, and the message says which line is not allowed (the tests check it here too, as the grader will).
 #
-# Points: 15 autograded (2 of them on a GPU), 1 graded by hand.
+# Points: 16 autograded (2 of them on a GPU), 1 graded by hand.
 
 # %%
 # Setup: on Colab, install the course package first (locally, `make lab` already did).
@@ -381,7 +381,7 @@ result = timing.compare_speed(matmul_tensorized_strided, tensorized, lambda: (*m
 check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="matmul_tensorized vs matmul_tensorized_strided")
 
 # %% [markdown]
-# ## Question 5: the same schedule in Triton (4 points, 2 of them on a GPU)
+# ## Question 5: the same schedule in Triton (5 points, 2 of them on a GPU)
 #
 # Write the kernel `matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr)`: `C = A @ B` for an `(M, K)` matrix `A` and a `(K, N)` matrix `B`, written into the `(M, N)` matrix `C`, each given by a pointer and its strides (in elements).
 # It is launched on a 1-D grid of `cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)` programs; each computes one `BLOCK_M × BLOCK_N` tile of `C` (which tile each program takes is yours: row by row, or grouped as the lecture showed), looping over `K` in steps of `BLOCK_K` with `tl.dot`, accumulating in float32.
@@ -389,8 +389,9 @@ check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="matmu
 # Then write the launcher `triton_matmul(a, b)` that allocates `C` (float32, on `a`'s device) and launches your kernel with block sizes of your choice.
 #
 # Graded:
-# - the kernel (2 points), launched by the tests themselves with 16 × 16 × 16 blocks. When graded, your kernel's source is compiled by Triton for a real GPU (sm_80) first, then run in a fresh process that holds only that source (Triton's interpreter on a CPU).
-# - on a GPU, `triton_matmul` against `torch.matmul` (cuBLAS) on 4096 × 4096 float16 matrices (2 points): at least 0.5× cuBLAS's speed (a speedup of 0.5). That threshold is modelled, not yet measured (`gpucourse.thresholds`: both compute-bound on the tensor cores, which the roofline cannot tell apart, on every card in `gpu_specs`: V100, T4, A100, L4, H100, H200); `scripts/gpu_check.sh` will calibrate it on the first GPU run. Pick blocks that suit a GPU (64 or 128) in your launcher.
+# - the kernel (2 points), launched by the tests themselves with 16 × 16 × 16 blocks. When graded, your kernel's source is compiled by Triton for a real GPU (sm_80) first, then run in a fresh process that holds only that source (Triton's interpreter on a CPU), where every load and store is also checked to stay inside the tensors the kernel was given: a load without a mask reads past the end of `A` or `B`.
+# - the launcher (1 point): `triton_matmul` must launch your kernel, and the kernel must do all the work: the test counts what one call runs, and besides your kernel's launches torch may only allocate (`torch.empty`), never compute (no `@`, no `torch.matmul`). When graded it is counted in a fresh process holding only the setup cells, your launcher's cell and your kernel, so keep the launcher's cell to `torch.empty...`, the tensors' shapes and strides, `triton.cdiv` and the launch (no `torch.compile`).
+# - on a GPU, `triton_matmul` against `torch.matmul` (cuBLAS) on 4096 × 4096 float16 matrices (2 points), first checked as the launcher item checks it, then timed where it was checked: at least 0.5× cuBLAS's speed (a speedup of 0.5). That threshold is modelled, not yet measured (`gpucourse.thresholds`: both compute-bound on the tensor cores, which the roofline cannot tell apart, on every card in `gpu_specs`: V100, T4, A100, L4, H100, H200); `scripts/gpu_check.sh` will calibrate it on the first GPU run. Pick blocks that suit a GPU (64 or 128) in your launcher.
 #
 # The answer cell below starts empty; its shape is
 #
@@ -458,6 +459,14 @@ def check_matmul_kernel(kernel, m, k, n):
     assert bool(torch.isnan(border).all()), f"matmul_kernel on ({m}, {k}) @ ({k}, {n}) wrote outside C: mask the store"
 
 
+def check_triton_matmul(launcher, a, b):
+    """One counted call of ``launcher`` on a and b: the right values, computed by Triton kernels alone."""
+    name = f"triton_matmul on {tuple(a.shape)} @ {tuple(b.shape)} {a.dtype}"
+    output, ops = check.counted_call(launcher, a, b, counter=check.launched_ops)
+    check.assert_close(output, (a.double() @ b.double()).float(), rtol=2e-2, atol=2e-2 * math.sqrt(a.shape[1]), name=name)
+    check.assert_kernels_did_the_work(ops, name=name)
+
+
 # %% nbgrader={"grade_id": "test_matmul_kernel", "grade": true, "points": 2}
 """matmul_kernel, launched by the test with 16 x 16 x 16 blocks, computes A @ B on shapes that are not multiples of the blocks and writes nothing outside C."""
 check_matmul_kernel(matmul_kernel, 32, 32, 32)  # whole blocks
@@ -468,13 +477,21 @@ check_matmul_kernel(matmul_kernel, 17, 100, 3)
 check_matmul_kernel(matmul_kernel, 64, 7, 33)
 ### END HIDDEN TESTS
 
+# %% nbgrader={"grade_id": "test_triton_matmul_launch", "grade": true, "points": 1}
+"""triton_matmul launches your kernel, which does all the work (torch only allocates C), on fresh inputs, twice per shape."""
+for m, k, n in [(40, 50, 70), (40, 50, 70), (16, 16, 16)]:
+    check_triton_matmul(triton_matmul, torch.randn(m, k, device=gpucourse.device()), torch.randn(k, n, device=gpucourse.device()))
+### BEGIN HIDDEN TESTS
+for m, k, n in [(1, 1, 1), (70, 33, 9)]:
+    check_triton_matmul(triton_matmul, torch.randn(m, k, device=gpucourse.device()), torch.randn(k, n, device=gpucourse.device()))
+### END HIDDEN TESTS
+
 # %% nbgrader={"grade_id": "test_triton_matmul_speed", "grade": true, "points": 2} tags=["requires-gpu"]
-"""On a GPU: triton_matmul reaches 0.5x the speed of torch.matmul (cuBLAS) on 4096 x 4096 float16 matrices."""
+"""On a GPU: triton_matmul, launching only your kernel, reaches 0.5x the speed of torch.matmul (cuBLAS) on 4096 x 4096 float16 matrices."""
 # Modelled, not yet measured (gpucourse.thresholds.triton_matmul_speed); scripts/gpu_check.sh calibrates it on the first GPU run.
 SPEEDUP_NEEDED = {"cuda": 0.5}
 print(thresholds.describe("test_triton_matmul_speed", SPEEDUP_NEEDED["cuda"]))
-small_a, small_b = torch.randn(40, 50, device=gpucourse.device()), torch.randn(50, 70, device=gpucourse.device())
-check.assert_close(triton_matmul(small_a, small_b), small_a @ small_b, rtol=1e-2, atol=1e-1, name="triton_matmul on (40, 50) @ (50, 70)")
+check_triton_matmul(triton_matmul, torch.randn(40, 50, device=gpucourse.device()), torch.randn(50, 70, device=gpucourse.device()))  # first, a small call
 if gpucourse.device_class() != "cuda":
     print("needs a GPU: there tl.dot runs on the tensor cores, as cuBLAS does")
 else:
@@ -484,7 +501,10 @@ else:
     def check_timed_matmul(args, output):
         check.assert_close(output, (args[0] @ args[1]).float(), rtol=2e-2, atol=1.0, name="a timed triton_matmul")
 
-    result = timing.compare_speed(lambda a, b: torch.matmul(a, b).float(), triton_matmul, lambda: half_inputs(4096), check=check_timed_matmul)
+    check_triton_matmul(triton_matmul, *half_inputs(4096))  # at the timed size too: the kernel does all the work there
+    # Timed where it was counted (when graded: the process holding only the setup cells, the launcher and its kernel).
+    result = timing.compare_speed(lambda a, b: torch.matmul(a, b).float(), check.torch_only(triton_matmul), lambda: half_inputs(4096),
+                                  check=check_timed_matmul)
     check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="triton_matmul vs torch.matmul")
 
 # %% [markdown]

@@ -12,6 +12,7 @@
 #
 # **From scratch** means: your answer cells use torch's operators (`torch.*`, `torch.nn.functional`, tensor methods) and `math`, and no recurrent op of the library.
 # Every graded item checks it: the test counts the ATen ops your function calls, and fails on any whose name holds `lstm`, `rnn` or `gru` (`torch.lstm`, `torch.lstm_cell`, `torch.rnn_tanh`, ...).
+# It counts with `torch.compile` switched off (`torch.compiler.set_stance("force_eager")`), as your code calls the ops: compiled, the library's LSTM op would run as matrix products and pointwise ops, its name gone, so compiling a call of it hides nothing.
 # When graded, your answer cells run in a fresh process that holds only this notebook's setup cells and your answer cells, where the grader's own profiler counts; each answer cell is checked before it runs (the message names a line that is not allowed): imports of `torch`, `torch.nn.functional` and `math` only, functions, literal constants, `torch.compile` with literal options; no `torch.nn` modules (`nn.LSTM`), no private names (`torch._VF`), no state kept between calls.
 # Your answers may call each other (`lstm_forward` may call your `lstm_cell`), but not the baseline `lstm_forward_naive` below.
 #
@@ -31,13 +32,14 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import gpucourse
 from gpucourse import check, thresholds, timing
 
 DEVICE = gpucourse.device()
 print(f"Running on {gpucourse.describe()} (device class {gpucourse.device_class()!r})")
-torch.manual_seed(0)
+torch.seed()  # fresh inputs on every run, the grader's too: no test's inputs (or what nn.LSTM answers on them) are known beforehand
 RECURRENT_OPS = ("lstm", "rnn", "gru")  # an ATen op with one of these in its name is the library's recurrence
 
 
@@ -102,8 +104,10 @@ def _flat(result):
 
 
 def from_scratch(fn, *args, name):
-    """fn(*args), after checking that the call runs no recurrent op of the library (counted by the grader when graded)."""
-    output, ops = check.counted_call(fn, *args, counter=check.top_level_ops, top_level=True)
+    """fn(*args), after checking that the call runs no recurrent op of the library (counted by the grader when graded).
+    Counted eager: torch.compile switched off, so a compiled function is counted as its code calls the ops
+    (compiled, the library's LSTM op would run as matrix products and pointwise ops, no recurrent name among them)."""
+    output, ops = check.counted_call(fn, *args, counter=check.top_level_ops, top_level=True, eager=True)
     used = sorted(op for op in ops if any(word in op.lower() for word in RECURRENT_OPS))
     assert not used, f"{name} calls {', '.join(used)}: write the recurrence yourself, without the library's recurrent ops"
     return output
@@ -266,9 +270,10 @@ check_gradients(lstm_inputs(9, 1, 2, 3, dtype=torch.float64), gradients)
 #
 # Graded, each from scratch:
 # - the values, as in question 2 (1 point);
-# - the speed on the CPU (2 points): on fresh inputs of T = 64 steps, a batch of 8, 32 inputs and a hidden size of 64 in float32, at least 1.3× faster than `lstm_forward_naive` (the reference measured 1.6-2.8×, most often 2.3×, on one thread of a 2-core Intel Xeon; one GEMM for the four gates alone gives about 1.7×);
-# - against the library on the CPU (1 point): at least 0.06× the speed of `nn.LSTM`'s own op (`torch_lstm` above) on the same inputs, that is, within about 16× of it. On a CPU the library is faster than any from-scratch LSTM: with oneDNN (x86) its whole recurrence is one C++ call with no per-op overhead. The reference measured 0.17-0.24× of it on a quiet machine, `lstm_forward_naive` 0.08-0.09× (up to 0.13× on a busy one, where the library slows down more than Python's per-op overhead does); this item catches what is far from the library's algorithm, such as a loop over the batch (0.03×);
-# - on a GPU, the speed (2 points): at least 1.7× faster than `lstm_forward_naive` on T = 64 steps, a batch of 64, 256 inputs and a hidden size of 256 in float32. That threshold is modelled, not yet measured (`gpucourse.thresholds.lstm_speed`: each step of the naive version launches 29 kernels, the reference's 10, and both are launch-bound: 2.7-2.9× on the cards in `gpu_specs`: V100, T4, A100, L4, H100, H200); `scripts/gpu_check.sh` will calibrate it on the first GPU run.
+# - each speed item below also checks that **the input projection is hoisted**: the grader runs your function on 16 steps and on 64 (the speed items' other sizes) and counts the ops that multiply the input by `w_ih`, however they are written (`@`, `addmm`, `einsum`, a broadcast multiply and a sum, one product of `[x_t, h]` with `[w_ih, w_hh]`: any op that reads something computed from `x` and something computed from `w_ih`; what it returns counts as computed from both, unless it is the whole projection `x @ w_ih.T` of every step, with or without the biases), and needs as many for 64 steps as for 16: hoisted, the one product before the loop; left in the loop, at least one a step;
+# - the speed on the CPU (2 points): hoisted, and on fresh inputs of T = 64 steps, a batch of 8, 32 inputs and a hidden size of 64 in float32, at least 1.3× faster than `lstm_forward_naive` (the reference measured 1.6-2.8×, most often 2.3×, on one thread of a 2-core Intel Xeon; one GEMM for the four gates alone gives about 1.7×, but without the hoisting it gets no points);
+# - against the library on the CPU (1 point): hoisted, and at least 0.06× the speed of `nn.LSTM`'s own op (`torch_lstm` above) on the same inputs, that is, within about 16× of it. On a CPU the library is faster than any from-scratch LSTM: with oneDNN (x86) its whole recurrence is one C++ call with no per-op overhead. The reference measured 0.17-0.24× of it on a quiet machine, `lstm_forward_naive` 0.08-0.09× (up to 0.13× on a busy one, where the library slows down more than Python's per-op overhead does); this item catches what is far from the library's algorithm, such as a loop over the batch (0.03×), or an input projection left in the loop;
+# - on a GPU, the speed (2 points): hoisted, and at least 1.7× faster than `lstm_forward_naive` on T = 64 steps, a batch of 64, 256 inputs and a hidden size of 256 in float32. That threshold is modelled, not yet measured (`gpucourse.thresholds.lstm_speed`: each step of the naive version launches 29 kernels, the reference's 10, and both are launch-bound: 2.7-2.9× on the cards in `gpu_specs`: V100, T4, A100, L4, H100, H200); `scripts/gpu_check.sh` will calibrate it on the first GPU run.
 #
 # About 10 lines.
 
@@ -281,6 +286,64 @@ def speed_inputs():
 
 def check_timed(args, output):
     check_lstm(args, output, "lstm_forward_fast")
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, tuple | list | dict):
+        return [tensor for item in (value.values() if isinstance(value, dict) else value) for tensor in _tensors(item)]
+    return []
+
+
+class _InputProducts(TorchDispatchMode):
+    """Counts the ops that multiply the input x by w_ih, however written (`@`, addmm, einsum, a broadcast multiply and a
+    sum, one product of [x_t, h] with [w_ih, w_hh]): the ops that read something computed from x and something computed
+    from w_ih. An op's result counts as computed from what its inputs were, except one that holds the input projection
+    itself (x @ w_ih.T for every step, in any layout, all four gates or one, with or without the biases): computed from
+    neither, so the loop may read it freely. One step's product, or x mixed with w_ih some other way, stays computed from
+    both, and every op that reads it is counted too."""
+
+    def __init__(self, x, h0, c0, w_ih, w_hh, b_ih, b_hh):
+        super().__init__()
+        product = x.reshape(-1, x.shape[-1]) @ w_ih.T
+        projections = [block for bias in (0, b_ih, b_hh, b_ih + b_hh) for block in (product + bias, *(product + bias).chunk(4, dim=1))]
+        self.projections = [value.flatten().sort().values for value in projections]  # in any layout: compared sorted
+        self.sources, self.kept, self.count = {id(x): {"x"}, id(w_ih): {"w_ih"}}, [x, w_ih], 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        output = func(*args, **(kwargs or {}))
+        sources = set().union(*(self.sources.get(id(value), ()) for value in _tensors((args, kwargs))))
+        if sources >= {"x", "w_ih"}:
+            self.count += 1
+            if isinstance(output, torch.Tensor) and self._is_projection(output):
+                sources = set()
+        for value in _tensors(output) if sources else ():
+            self.sources[id(value)] = sources
+            self.kept.append(value)  # kept alive, so that no later tensor takes its id
+        return output
+
+    def _is_projection(self, value):
+        candidates = [known for known in self.projections if known.numel() == value.numel()]
+        values = value.detach().flatten().sort().values if candidates else None
+        return any(torch.allclose(values, known, rtol=1e-4, atol=1e-5) for known in candidates)
+
+
+def input_products(steps):
+    """How many ops of one lstm_forward_fast call, on `steps` steps of the speed items' sizes, multiply the input by w_ih;
+    torch.compile switched off, so a compiled function is counted as its code runs."""
+    args = lstm_inputs(steps, 8, 32, 64, device="cpu")
+    with torch.compiler.set_stance("force_eager"), _InputProducts(*args) as counter:
+        lstm_forward_fast(*args)
+    return counter.count
+
+
+def check_hoisted(products):
+    """The input projection is hoisted out of the time loop: ``products`` (input_products, run where only the setup
+    cells and your answer cells ran) finds as many ops multiplying x by w_ih for 64 steps as for 16."""
+    short, long = products(16), products(64)
+    assert long == short, (f"lstm_forward_fast reads the input and w_ih together in {long} ops for 64 steps and in {short} for 16: "
+                           "hoist the input projection out of the time loop (one product for all the steps, before the loop)")
 
 
 # %% nbgrader={"grade_id": "lstm_forward_fast", "solution": true}
@@ -315,25 +378,27 @@ for shape, dtype in [((1, 4, 3, 5), torch.float32), ((6, 1, 5, 4), torch.float64
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade_id": "test_lstm_fast_speed", "grade": true, "points": 2}
-"""lstm_forward_fast is 1.3x faster than lstm_forward_naive on the CPU (T 64, N 8, I 32, H 64, float32), from scratch."""
+"""lstm_forward_fast hoists the input projection and is 1.3x faster than lstm_forward_naive on the CPU (T 64, N 8, I 32, H 64, float32), from scratch."""
 SPEEDUP_NEEDED = {"cpu": 1.3, "cuda": 1.3}  # measured on the CPU on every machine
 args = speed_inputs()
 check_timed(args, from_scratch(lstm_forward_fast, *args, name="lstm_forward_fast"))
+check_hoisted(check.answers_only(input_products, "lstm_forward_fast", gated=True))  # counted where only your answer cells ran
 fast = check.torch_only(lstm_forward_fast)  # timed where it was counted: only the setup cells and your answer cells ran there
 check.assert_measured_speedup(lambda: timing.compare_speed(lstm_forward_naive, fast, speed_inputs, check=check_timed, charge_cpu_time=True),
                               check.required_speedup(SPEEDUP_NEEDED), name="lstm_forward_fast vs lstm_forward_naive")
 
 # %% nbgrader={"grade_id": "test_lstm_fast_vs_library", "grade": true, "points": 1}
-"""lstm_forward_fast runs at least 0.06x as fast as nn.LSTM's own op on the CPU (the same inputs), from scratch."""
+"""lstm_forward_fast hoists the input projection and runs at least 0.06x as fast as nn.LSTM's own op on the CPU (the same inputs), from scratch."""
 FRACTION_NEEDED = {"cpu": 0.06, "cuda": 0.06}  # measured on the CPU on every machine
 args = speed_inputs()
 check_timed(args, from_scratch(lstm_forward_fast, *args, name="lstm_forward_fast"))
+check_hoisted(check.answers_only(input_products, "lstm_forward_fast", gated=True))  # counted where only your answer cells ran
 fast = check.torch_only(lstm_forward_fast)
 check.assert_measured_speedup(lambda: timing.compare_speed(torch_lstm, fast, speed_inputs, check=check_timed, charge_cpu_time=True),
                               check.required_speedup(FRACTION_NEEDED), name="lstm_forward_fast vs nn.LSTM's op")
 
 # %% nbgrader={"grade_id": "test_lstm_fast_gpu_speed", "grade": true, "points": 2} tags=["requires-gpu"]
-"""On a GPU: lstm_forward_fast is 1.7x faster than lstm_forward_naive (T 64, N 64, I 256, H 256, float32), from scratch."""
+"""On a GPU: lstm_forward_fast hoists the input projection and is 1.7x faster than lstm_forward_naive (T 64, N 64, I 256, H 256, float32), from scratch."""
 # Modelled, not yet measured (gpucourse.thresholds.lstm_speed); scripts/gpu_check.sh calibrates it on the first GPU run.
 SPEEDUP_NEEDED = {"cuda": 1.7}
 print(thresholds.describe("test_lstm_fast_gpu_speed", SPEEDUP_NEEDED["cuda"]))
@@ -345,6 +410,7 @@ def gpu_inputs():
 
 args = lstm_inputs(5, 3, 4, 6)
 check_lstm(args, from_scratch(lstm_forward_fast, *args, name="lstm_forward_fast"), "lstm_forward_fast")  # first, a correct answer
+check_hoisted(check.answers_only(input_products, "lstm_forward_fast", gated=True))  # and a hoisted one
 if gpucourse.device_class() != "cuda":
     print("needs a GPU: there each step's small ops are launch-bound kernels, and fewer of them pay most")
 else:
