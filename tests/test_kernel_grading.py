@@ -1095,3 +1095,15 @@ def test_a_later_cell_cannot_replace_a_gated_function(tmp_path):
     result = _grade("07_ml_compilation", notebook, tmp_path, only={"test_matmul_blocked_correct"})
     [item] = result.items
     assert item.outcome == "failed" and "not only your own compiled loops" in item.message, item.message
+
+
+STANDARD_ANSWERS = ("standard_baseline", "standard_do_nothing", "standard_hand_set")
+
+
+def test_every_module_from_05_has_the_standard_answers():
+    """docs/authoring.md §5: each module's items are tried with the locked baseline, a do-nothing answer and a
+    hand-set one (the untouched release is graded in test_autograder_cli.py), and each must lose points."""
+    for assignment in ("05_streams", "06_profiling_fusion", "07_ml_compilation", "08_cnn", "09_lstm", "10_gan"):
+        missing = [name for name in STANDARD_ANSWERS if name not in VARIANTS[assignment]]
+        assert not missing, f"{assignment} lacks {missing}"
+        assert all(VARIANTS[assignment][name][3] is not None for name in STANDARD_ANSWERS), f"{assignment}: a standard answer must lose points"
