@@ -636,7 +636,8 @@ VARIANTS_08 = {
     # A forward of its own that answers by the nearest bundled digit, its layers' outputs times 0 (so they never learn): the
     # test rebuilds the network from its layers and weights, so only the layers answer.
     "forward_of_its_own": ("digits_cnn", (
-        "class DigitsCNN(nn.Sequential):\n    def __init__(self):\n        super().__init__(nn.Conv2d(1, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1), nn.Flatten(), nn.Linear(512, 10))\n\n"
+        "class DigitsCNN(nn.Sequential):\n    def __init__(self):\n        super().__init__(nn.Conv2d(1, 8, 3, padding=1), "
+        "nn.Conv2d(8, 8, 3, padding=1), nn.Flatten(), nn.Linear(512, 10))\n\n"
         "    def forward(self, x):\n        images, labels = data.load_digits('train')\n"
         "        nearest = torch.cdist(x.flatten(1), images.flatten(1)).argmin(1)\n"
         "        return 0 * super().forward(x) + 10 * F.one_hot(labels[nearest], 10)\n"
