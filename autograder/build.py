@@ -21,7 +21,7 @@ import jupytext
 import nbformat
 
 from .nbgrader_cli import NbgraderError, run_nbgrader
-from .skeleton import REQUIRES_GPU, is_test
+from .skeleton import GRADER_SIDE, REQUIRES_GPU, defined_names, free_names, is_solution, is_test
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NBFORMAT_MINOR = 5
@@ -36,6 +36,9 @@ KNOWN_TAGS = {
     # Only on graded test cells: the item needs a CUDA GPU to measure anything, so a grader
     # without one marks it "needs a GPU regrade" instead of running it (autograder.skeleton).
     REQUIRES_GPU: "graded test cell that needs a CUDA GPU: a CPU grader marks it for a GPU regrade",
+    # Only on locked setup cells that the tests alone use (references, checks): graded, they run only in the grader's
+    # process, never where the student's code runs (autograder.skeleton.make_plan), so no answer can call a reference.
+    GRADER_SIDE: "locked setup cell for the tests alone: when graded it runs in the grader, never beside the student's code",
 }
 # Notebook-level metadata key that names the source a generated notebook is built from.
 GENERATED_KEY = "gpucourse"
@@ -112,6 +115,7 @@ def notebook_from_source(source: Path, root: Path | None = None) -> nbformat.Not
         if cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None
+    check_grader_side(notebook, source)
     origin = {"source": course_path(source, root), "generated": "do not edit: run make build"}
     notebook.metadata = nbformat.from_dict({**NOTEBOOK_METADATA, GENERATED_KEY: origin})
     notebook.nbformat, notebook.nbformat_minor = 4, NBFORMAT_MINOR
@@ -161,6 +165,23 @@ def check_tags(cell, where: str) -> None:
                 f"so a CPU grader would skip its GPU part and give full marks: add tags=[\"{REQUIRES_GPU}\"] to its # %% header "
                 "(if the cell also grades work a CPU can check, move the GPU part into a graded cell of its own and tag that one)"
             )
+
+
+def check_grader_side(notebook, source: Path) -> None:
+    """Grader-side cells are locked setup code, and no answer of the source uses what they define (graded, an answer
+    runs where those names do not exist)."""
+    grader_side = {}
+    for index, cell in enumerate(notebook.cells):
+        if GRADER_SIDE not in cell.metadata.get("tags", []):
+            continue
+        if cell.cell_type != "code" or is_test(cell) or is_solution(cell) or not cell.metadata.get("nbgrader", {}).get("locked"):
+            raise BuildError(f"{source}, cell {index + 1}: tag {GRADER_SIDE!r} is only for locked setup cells (not tests, not answers)")
+        grader_side.update(dict.fromkeys(defined_names(cell.source), index + 1))
+    for index, cell in enumerate(notebook.cells):
+        used = [name for name in free_names(cell.source) if name in grader_side] if is_solution(cell) and cell.cell_type == "code" else []
+        if used:
+            raise BuildError(f"{source}, cell {index + 1}: the answer uses {', '.join(used)}, which a {GRADER_SIDE!r} cell defines "
+                             f"(cell {grader_side[used[0]]}): graded, it would not exist where the answer runs")
 
 
 def check_speed_items(cell, where: str) -> None:

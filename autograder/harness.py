@@ -139,8 +139,11 @@ class StudentWorker:
     """A student's worker process with their code loaded; restarted after a crash or time-out."""
 
     def __init__(self, cells: list[str], workdir: Path, limits: sandbox.Limits, hidden_paths, clock=None, compiler_required: bool = True,
-                 origins: list[CellOrigin] = ()):
+                 origins: list[CellOrigin] = (), grader_modules: bool = False):
         self.cells, self.workdir, self.limits, self.hidden_paths = cells, workdir, limits, hidden_paths
+        # Only a runner whose cells were checked first counts with the grader's own modules; every other worker
+        # is sealed from them (sandbox.start_worker)
+        self.grader_modules = grader_modules
         self.origins = list(origins)  # where each cell comes from, for notes the student can act on
         # Without NVIDIA's compiler a grader must stop (see GraderError); a student's self-check goes on with a note.
         self.compiler_required = compiler_required
@@ -150,6 +153,7 @@ class StudentWorker:
         self.setup: tuple[list[str], dict] = ([], {})  # the source's setup cells and the namespace they made here (profile_runner)
         self.answer_names: set[str] = set()  # what the source's answer cells define: the answers a runner's cells may call
         self.answer_helpers: set[str] = set()  # the setup functions a gated answer cell may call (Plan.answer_helpers)
+        self.grader_side_names: set[str] = set()  # what the grader-side setup cells define (Plan.grader_side_names)
         self.clock = clock or FairClock(self.pids)
         self.skipped: set[int] = set()
         self.retried: set[int] = set()
@@ -174,7 +178,8 @@ class StudentWorker:
         its observers count is evidence (the rule of docs/authoring.md, section 6)."""
         preamble = {("numba", True): SIMULATOR_PREAMBLE, ("numba", False): GPU_PREAMBLE,
                     ("triton", True): TRITON_INTERPRETER_PREAMBLE, ("triton", False): TRITON_GPU_PREAMBLE}[source.language, simulated]
-        return self._runner(f"kernel-{'sim' if simulated else 'gpu'}-{source.digest[:16]}", [preamble, source.text])
+        return self._runner(f"kernel-{'sim' if simulated else 'gpu'}-{source.digest[:16]}", [preamble, source.text],
+                            grader_modules=source.language == "triton")  # its launches are bounds-checked by autograder.triton_runner
 
     def profile_runner(self, names, item_deadline=None) -> StudentWorker:
         """A fresh process holding only the assignment's setup cells and the answer cells that define
@@ -201,7 +206,7 @@ class StudentWorker:
                 keep_to = "torch's allocations and launches of your Triton kernels" if kernel_cells else "torch operations and torch.compile"
                 raise _from_student(f"{owner}: its cell cannot be counted by the grader ({refused}); keep it to {keep_to}") from None
         hooks = [TRITON_LAUNCH_HOOKS[devices.device_class() != "cuda"]] if kernel_cells else []
-        return self._runner(f"profile-{_digest([*sources, *cells])}", [*hooks, *setup_cells, *sources, *cells])
+        return self._runner(f"profile-{_digest([*sources, *cells])}", [*hooks, *setup_cells, *sources, *cells], grader_modules=True)
 
     def njit_runner(self, name: str) -> StudentWorker:
         """A fresh process holding only the assignment's setup cells and the answer cell that defines
@@ -222,13 +227,14 @@ class StudentWorker:
         cells = self._answer_cells(tuple(names))
         return self._runner(f"answers-{_digest(cells)}", [*self.setup[0], *cells])
 
-    def _runner(self, key: str, cells: list[str]) -> StudentWorker:
+    def _runner(self, key: str, cells: list[str], grader_modules: bool = False) -> StudentWorker:
         """The started runner ``key`` (a fresh process in a folder of its own, holding only ``cells``), made once."""
         runner = self.runners.get(key)
         if runner is None:
             folder = self.workdir.parent / f"{self.workdir.name}.{key}"
             folder.mkdir(exist_ok=True)
-            runner = StudentWorker(cells, folder, self.limits, self.hidden_paths, self.clock, self.compiler_required)
+            runner = StudentWorker(cells, folder, self.limits, self.hidden_paths, self.clock, self.compiler_required,
+                                   grader_modules=grader_modules)
             self.runners[key] = runner
         runner.ensure_started()
         return runner
@@ -289,7 +295,7 @@ class StudentWorker:
         """
         failure = ""
         for _ in range(2):
-            self.process = sandbox.start_worker(self.workdir, self.limits, self.hidden_paths, self.cells)
+            self.process = sandbox.start_worker(self.workdir, self.limits, self.hidden_paths, self.cells, self.grader_modules)
             self.isolation = self.process.isolation
             try:
                 reply = protocol.decode_from_worker(protocol.read_frame(
@@ -334,6 +340,8 @@ class StudentWorker:
             return ""
         if match.group(1) in self.missing_because:
             return f" — the cell that defines it {self.missing_because[match.group(1)]}"
+        if match.group(1) in self.grader_side_names:
+            return " — a grader-side setup cell defines it, for the tests alone: when graded it runs only in the grader, where your code cannot call it"
         if question in self.failed_answers:
             return f" — the cell that should define it {self.failed_answers[question]}"
         return ""
@@ -483,6 +491,23 @@ class StudentFunction:
         if len(calls) != len(reply["calls"]):
             raise StudentError(f"{self.name}: the logged call reported malformed calls")
         return check_log(a, b, reply["output"], calls, key, name=self.name)
+
+    def mma_counted(self):
+        """This function called with the grader's counting intrinsic (:func:`gpucourse.check.mma_counted`): its calls
+        and timed blocks run in its njit runner, where the tally is started and read (the worker's ``start_tally``
+        and ``read_tally``); the tally is checked here (:func:`gpucourse.intrinsics.check_tally`)."""
+        from gpucourse.check import MmaCounted
+
+        runner = self.worker.njit_runner(self.name)
+
+        def start(secret) -> None:
+            runner.ensure_started()
+            _result(self.name, runner.request(("start_tally", secret), self.item_deadline()))
+
+        def read():
+            return _result(self.name, runner.request(("read_tally",), self.item_deadline()))
+
+        return MmaCounted(StudentFunction(runner, self.name, self.item_deadline), start, read)
 
     def drive_iterator(self, plan):
         """Consume the generator the student's function returns as :func:`gpucourse.loading.run_loader`
@@ -880,7 +905,10 @@ def grade(plan: Plan, workdir: Path, limits: sandbox.Limits = sandbox.Limits(), 
         notebook_deadline = clock.now() + limits.notebook_seconds
         try:
             namespace = _trusted_namespace(plan, notes)
-            worker.setup, worker.answer_names, worker.answer_helpers = (plan.context, namespace), set(plan.api_names), set(plan.answer_helpers)
+            # The student's runners get the setup the student's worker ran: without the grader-side cells and what they define.
+            student_namespace = {name: value for name, value in namespace.items() if name not in plan.grader_side_names}
+            worker.setup = (plan.student_setup, student_namespace)
+            worker.answer_names, worker.answer_helpers, worker.grader_side_names = set(plan.api_names), set(plan.answer_helpers), plan.grader_side_names
             for item in items:
                 results.append(_grade_with_retry(item, plan, namespace, worker, reference, limits, notebook_deadline))
             notes += worker.load_notes

@@ -174,8 +174,24 @@ def encode_for_worker(message) -> bytes:
     return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
 
 
+# Set in the environment of a worker that runs the student's own code (not a gated runner): it seals itself
+# (autograder.worker.seal), so the grader's package cannot be imported there (issue 46).
+SEALED_ENV = "GPUCOURSE_SEALED_WORKER"
+GRADER_PACKAGE = __name__.partition(".")[0]
+
+
+class _HarnessUnpickler(pickle.Unpickler):
+    """Finds this module's classes (Callback, MappedTensor, LibraryFunction) in this module itself: a sealed
+    worker has dropped the grader's package from ``sys.modules`` and cannot import it again."""
+
+    def find_class(self, module, name):
+        if module == __name__:
+            return globals()[name]
+        return super().find_class(module, name)
+
+
 def decode_from_harness(data: bytes):
-    return pickle.loads(data)
+    return _HarnessUnpickler(io.BytesIO(data)).load()
 
 
 def encode_for_harness(message) -> bytes:

@@ -173,10 +173,13 @@ def require_isolation(allow_reduced: bool) -> str:
     return mode
 
 
-def worker_environment(workdir: Path, threads: int) -> dict[str, str]:
+def worker_environment(workdir: Path, threads: int, sealed: bool = False) -> dict[str, str]:
     from gpucourse.devices import LIBRARY_ENVIRONMENT  # here: importing gpucourse imports torch, which the sandbox's users need not
 
+    from .protocol import SEALED_ENV
+
     env = {
+        **({SEALED_ENV: "1"} if sealed else {}),
         **LIBRARY_ENVIRONMENT,
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
         "HOME": str(workdir),
@@ -214,9 +217,25 @@ def log_tail(workdir: Path, characters: int = 4000) -> str:
         return ""
 
 
-def start_worker(workdir: Path, limits: Limits, hidden_paths: list[Path] = (), cells: Sequence[str] = ()) -> WorkerProcess:
+# What a worker needs of the grader's package to start (``python -I -m autograder.worker``) and to talk to the harness.
+WORKER_FILES = ("__init__.py", "worker.py", "protocol.py")
+
+
+def grader_only_paths() -> list[Path]:
+    """Everything of the grader's package but :data:`WORKER_FILES`: hidden from a sealed worker (its bytecode cache too)."""
+    package = Path(__file__).resolve().parent
+    return [path for path in sorted(package.iterdir()) if path.name not in WORKER_FILES]
+
+
+def start_worker(workdir: Path, limits: Limits, hidden_paths: list[Path] = (), cells: Sequence[str] = (),
+                 grader_modules: bool = False) -> WorkerProcess:
     """Start a worker (``python -I -m autograder.worker``) in ``workdir`` (the submission's own folder),
     made ready for ``cells``, the code it will be sent.
+
+    Without ``grader_modules`` the worker is sealed: the grader's package is neither shown nor importable there
+    (:func:`autograder.worker.seal`), as befits a process that runs the student's own code. Only a runner whose
+    cells the grader checked first and that counts with the grader's code (a profile runner, a Triton kernel's
+    runner) is started with it.
 
     It is forked from this process's fork server where there is one (:mod:`autograder.forkserver`:
     the same sandbox, without importing torch again; a warm server for cells that compile), else
@@ -227,6 +246,8 @@ def start_worker(workdir: Path, limits: Limits, hidden_paths: list[Path] = (), c
 
     workdir = Path(workdir).resolve()
     mode = isolation()[0]
+    sealed = not grader_modules
+    hidden_paths = [*hidden_paths, *(grader_only_paths() if sealed else [])]
     if compile_seed.uses_compile(cells):
         compile_seed.copy_into(workdir, sandbox_user() if mode == ROOT_NAMESPACES else None)
     to_worker_read, to_worker = os.pipe()
@@ -237,16 +258,16 @@ def start_worker(workdir: Path, limits: Limits, hidden_paths: list[Path] = (), c
         process = None
         if server is not None:
             with contextlib.suppress(OSError):  # the server died: this worker starts on its own
-                process = _forked(server, workdir, limits, hidden_paths, [to_worker_read, from_worker_write], log, mode)
+                process = _forked(server, workdir, limits, hidden_paths, [to_worker_read, from_worker_write], log, mode, sealed)
         if process is None:
-            process = _popen(workdir, limits, hidden_paths, [to_worker_read, from_worker_write], log, mode)
+            process = _popen(workdir, limits, hidden_paths, [to_worker_read, from_worker_write], log, mode, sealed)
     finally:
         os.close(to_worker_read)
         os.close(from_worker_write)
     return WorkerProcess(process, to_worker, from_worker, mode, log)
 
 
-def _popen(workdir: Path, limits: Limits, hidden_paths, fds: list[int], log: Path, mode: str) -> subprocess.Popen:
+def _popen(workdir: Path, limits: Limits, hidden_paths, fds: list[int], log: Path, mode: str, sealed: bool) -> subprocess.Popen:
     command = [sys.executable, "-I", "-m", "autograder.worker", *map(str, fds)]
     if mode in CONTAINED:
         command, preexec = _namespaced(command, workdir, limits, hidden_paths, mode), None
@@ -255,19 +276,19 @@ def _popen(workdir: Path, limits: Limits, hidden_paths, fds: list[int], log: Pat
                                     None if os.geteuid() == 0 else limits.processes)
     with open(log, "ab") as output:
         return subprocess.Popen(
-            command, cwd=workdir, env=worker_environment(workdir, limits.threads), stdin=subprocess.DEVNULL, stdout=output,
+            command, cwd=workdir, env=worker_environment(workdir, limits.threads, sealed), stdin=subprocess.DEVNULL, stdout=output,
             stderr=output, pass_fds=fds, preexec_fn=preexec, start_new_session=True,
         )
 
 
-def _forked(server, workdir: Path, limits: Limits, hidden_paths, fds: list[int], log: Path, mode: str):
+def _forked(server, workdir: Path, limits: Limits, hidden_paths, fds: list[int], log: Path, mode: str, sealed: bool):
     """The worker forked by ``server``, in the sandbox :func:`_popen` would build (see :mod:`autograder.forkserver`)."""
     uid = sandbox_user()
     if mode == ROOT_NAMESPACES:
         os.chown(workdir, uid, uid)
     request = {
         "isolation": mode, "script": new_root_script(workdir, hidden_paths) if mode in CONTAINED else [],
-        "workdir": str(workdir), "uid": uid, "env": worker_environment(workdir, limits.threads),
+        "workdir": str(workdir), "uid": uid, "env": worker_environment(workdir, limits.threads, sealed),
         "limits": {"file_bytes": limits.file_bytes, "address_space": _address_space_limit(limits),
                    # as prlimit sets it in the sandbox; root ignores RLIMIT_NPROC, so only a non-root grader sets it otherwise
                    "processes": limits.processes if mode in CONTAINED or os.geteuid() != 0 else None},

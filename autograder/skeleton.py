@@ -17,6 +17,9 @@ import nbformat
 
 # The tag of a graded test cell that needs a CUDA GPU (the build checks where it is used).
 REQUIRES_GPU = "requires-gpu"
+# The tag of a locked setup cell whose code only the tests use (their references and checks): when graded, it runs in
+# the grader's process and its reference worker, never where the student's code runs, so no answer can call it.
+GRADER_SIDE = "grader-side"
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ class CellOrigin:
 class Plan:
     """Everything the harness needs to grade one submission."""
 
-    context: list[str]  # locked/setup code, run in the harness and in the worker
+    context: list[str]  # locked/setup code, run in the harness and in the reference worker
     student_cells: list[str]  # what the worker runs, in order: context + the student's answers
     items: list[TestItem]
     api_names: list[str]  # names the solution cells define: the student's graded functions
@@ -57,6 +60,17 @@ class Plan:
     # The setup functions the source's own answers call (08's `pair`): all a gated answer cell may call of the
     # setup's, so an answer cannot hand its work to a baseline (09's `lstm_forward_naive` is a whole LSTM).
     answer_helpers: list[str] = field(default_factory=list)
+    grader_side: list[str] = field(default_factory=list)  # the setup cells tagged GRADER_SIDE (also in context)
+
+    @property
+    def student_setup(self) -> list[str]:
+        """The setup cells that run where the student's code runs (their worker and runners): all but the grader-side ones."""
+        return [source for source in self.context if source not in self.grader_side]
+
+    @property
+    def grader_side_names(self) -> set[str]:
+        """What the grader-side cells define: absent wherever the student's code runs."""
+        return {name for source in self.grader_side for name in defined_names(source)}
 
     @property
     def reference_functions(self) -> list[str]:
@@ -191,7 +205,10 @@ def make_plan(source_nb: nbformat.NotebookNode, student_nb: nbformat.NotebookNod
             origin = CellOrigin(_cell_at(where, cell.source), tuple(defined_names(cell.source)))
             plan.context.append(cell.source)
             plan.context_origins.append(origin)
-            run_in_worker(cell.source, origin)
+            if GRADER_SIDE in cell.metadata.get("tags", ()):
+                plan.grader_side.append(cell.source)
+            else:
+                run_in_worker(cell.source, origin)
         run_extras(cell.get("id"))
     return plan
 

@@ -13,6 +13,7 @@ import contextlib
 import gc
 import itertools
 import linecache
+import os
 import queue
 import sys
 import threading
@@ -232,6 +233,20 @@ class Worker:
         output, calls = logged_call(self.namespace[name], a, b, key)
         self.send("return", {"output": to_plain(output), "calls": to_plain(calls)})
 
+    def do_start_tally(self, secret) -> None:
+        """Tally the grader's counting intrinsic's calls from now on (``gpucourse.intrinsics.counting_mma``), under the
+        grader's ``secret``; in an njit runner, where only the setup cells and the checked answer cell ran."""
+        from gpucourse.intrinsics import start_tally
+
+        start_tally(secret)
+        self.send("ok")
+
+    def do_read_tally(self) -> None:
+        """The tally since ``start_tally``, as plain data, for the grader to check."""
+        from gpucourse.intrinsics import read_tally
+
+        self.send("return", read_tally())
+
     def do_iterate(self, name: str, args, kwargs) -> None:
         """Call a function that returns an iterator (a generator), kept for ``next`` and ``close``."""
         self._set_threads(self._threads)
@@ -350,8 +365,33 @@ def _describe(error: BaseException) -> str:
     return "".join(lines).strip()[-2000:]
 
 
+class _NoGraderPackage:
+    """An import hook that refuses the grader's package (see :func:`seal`)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == protocol.GRADER_PACKAGE:
+            raise ModuleNotFoundError(f"No module named {name!r}: graded code runs without the grader's package", name=name)
+        return None
+
+
+def seal() -> None:
+    """Make the grader's package unreachable by import before any student code runs here.
+
+    The student's own code must not call the grader's counting or reference code (``autograder.profiling`` would
+    answer module 06's ``count_ops``): every ``autograder`` module goes from ``sys.modules`` (this worker's own
+    functions keep their globals) and imports of it are refused. The hook is a convenience, not the defence: the
+    sandbox shows a sealed worker none of the package's files but the three it starts from
+    (:func:`autograder.sandbox.grader_only_paths`), so code that removes the hook imports nothing that counts.
+    """
+    for name in [name for name in sys.modules if name.partition(".")[0] == protocol.GRADER_PACKAGE]:
+        del sys.modules[name]
+    sys.meta_path.insert(0, _NoGraderPackage())
+
+
 def main(argv: list[str]) -> int:
     fd_in, fd_out = int(argv[1]), int(argv[2])
+    if os.environ.get(protocol.SEALED_ENV) == "1":
+        seal()
     # Small thread stacks: the CUDA simulator starts a thread per simulated thread of a block
     # (up to 1024), and 8 MB stacks each would exhaust the address-space limit.
     threading.stack_size(512 * 1024)

@@ -78,7 +78,10 @@ def assert_approx(actual, expected: float, *, rel: float = 1e-9, name: str = "re
     if not isinstance(actual, (int, float)) or isinstance(actual, bool):
         raise AssertionError(f"{name}: expected a number, got {type(actual).__name__}")
     if not math.isclose(actual, expected, rel_tol=rel, abs_tol=0.0):
-        raise AssertionError(f"{name}: expected {expected:.6g}, got {actual:.6g}")
+        shown = f"{expected:.6g}", f"{actual:.6g}"
+        if shown[0] == shown[1]:  # they differ beyond six digits: show every digit, or the message reads "expected 2, got 2"
+            shown = repr(float(expected)), repr(float(actual))
+        raise AssertionError(f"{name}: expected {shown[0]}, got {shown[1]}")
 
 
 def assert_raises(error: type[BaseException], fn, *args, name: str) -> None:
@@ -171,8 +174,9 @@ def counted_call(fn, *args, counter, top_level: bool = False, eager: bool = Fals
     operations and ``torch.compile``; ``counter`` plays no part there (the course's evidence rule).
     ``top_level``: the grader counts only the ops called from Python, not those ops call inside
     (``counter`` should count the same way: a dispatch mode does).
-    ``eager``: counted with ``torch.compile`` switched off, as the function's code calls the ops (module 09:
-    compiled, the library's LSTM op runs as matrix products and pointwise ops, its name gone).
+    ``eager``: counted with ``torch.compile`` switched off, as the function's code calls the ops, for an item that
+    forbids an op by its name or bounds how the count grows (modules 08, 09: compiled, ``F.max_pool2d`` or a loop
+    runs as Inductor's code, which records no op, and the library's LSTM as matrix products, its name gone).
     """
     trusted = getattr(fn, "call_profiled", None)
     if trusted is not None:
@@ -190,6 +194,17 @@ def top_level_ops(fn, *args) -> dict[str, int]:
     from autograder.profiling import counted_call as profiled
 
     return profiled(fn, *args, top_level=True)[1]
+
+
+def moving_ops(ops: dict[str, int]) -> dict[str, int]:
+    """``ops`` (a count of every op of one call, nested ones included: your ``count_ops``, or the grader's) less those
+    that move no tensor data: allocations (``aten::empty``...) and ops that return their input or a view of it
+    (``aten::view``, ``aten::lift_fresh``, an ``aten::to`` that converts nothing). Module 06 bounds passes over
+    memory with it: ``torch.compile(dynamic=True)`` lifts a Python float into a tensor on every call, which is
+    bookkeeping, not a pass. A ``to`` or ``contiguous`` that does copy copies by ops it calls inside, which stay."""
+    from autograder.profiling import moving_ops as moving
+
+    return moving(ops)
 
 
 def launched_ops(fn, *args) -> dict[str, int]:
@@ -305,6 +320,59 @@ def mma_calls(fn, a, b) -> int:
     key = new_key()
     output, calls = logged_call(fn, a, b, key)
     return check_log(a, b, output, calls, key, name=getattr(fn, "__name__", "the function"))
+
+
+def mma_counted(fn):
+    """``fn(a, b, mma)`` (module 07) as a function of ``(a, b)`` that passes the grader's counting intrinsic as ``mma``
+    (:func:`gpucourse.intrinsics.counting_mma`: ``mma_16x16``, plus a tally of its calls and of their operands), and
+    checks after every call, and every timed block of :func:`gpucourse.timing.compare_speed`, that the calls were one
+    per pair of zero-padded input tiles, on those tiles (:func:`gpucourse.intrinsics.check_tally`; AssertionError
+    naming what is wrong). So the intrinsic is held to doing the work at every size that is checked or timed.
+
+    Under grading the calls run and are tallied in ``fn``'s njit runner, a process that holds only the setup cells and
+    ``fn``'s answer cell (as :func:`njit_only`), and the grader checks the tally; here ``fn``'s cell is checked as
+    :func:`njit_only` checks it, and the calls are tallied in this process.
+    """
+    trusted = getattr(fn, "mma_counted", None)
+    if trusted is not None:
+        return trusted()
+    return MmaCounted(njit_only(fn))
+
+
+class MmaCounted:
+    """``fn(a, b, counting_mma)`` called as ``self(a, b)``, each call and timed block tallied and checked (:func:`mma_counted`).
+
+    ``start(secret)`` and ``read()`` start and read the tally where ``fn`` runs: in this process by default; in the
+    grader, in the runner where its stand-in for ``fn`` runs (:meth:`autograder.harness.StudentFunction.mma_counted`).
+    """
+
+    def __init__(self, fn, start=None, read=None):
+        from .intrinsics import read_tally, start_tally
+
+        self.fn, self.start, self.read = fn, start or start_tally, read or read_tally
+        self.__name__ = getattr(fn, "__name__", "the function")
+
+    def __call__(self, a, b):
+        [output] = self._tallied(lambda calls: [self.fn(*args) for args in calls], [(a, b)])
+        return output
+
+    def timed_block(self, calls):
+        """(seconds, outputs) of ``calls``, timed as :func:`gpucourse.timing.compare_speed` times any function (a grader's
+        stand-in brings its own clock); the tally is started before the clock and read after it."""
+        from .timing import _timed_block
+
+        # charge_cpu_time: this is compiled loops, pure computation (module 07's speed items time it so).
+        return self._tallied(lambda calls: _timed_block(self.fn, calls, charge_cpu_time=True), calls)
+
+    def _tallied(self, run, calls):
+        from .intrinsics import check_tally, counting_mma, new_tally_secret
+
+        calls = [tuple(args) for args in calls]
+        secret = new_tally_secret()
+        self.start(secret)
+        result = run([(a, b, counting_mma) for a, b in calls])
+        check_tally(calls, self.read(), secret, name=self.__name__)
+        return result
 
 
 def answers_only(fn, *names: str, seconds: float | None = None, gated: bool = False):

@@ -23,6 +23,11 @@ as a tensor, and the model checks the host waited for the copy first. Treat what
 ``launch`` and ``to_host`` return as opaque: the autograder hands your function buffers that
 live in the grader's process.
 
+Streams and events are the model's own: each is a token the run hands out, and the name it shows in
+the timeline is one the model chose (your name for it when no other stream or event has it: a label,
+never which stream it is). A stream or event built by hand, kept from another run or named after
+another is refused, and the host is not a stream at all (:mod:`gpucourse.sim.streams`).
+
 The model also keeps where each buffer came from (its ``origin``: which host buffer was copied
 in, which function computed on which device buffers, what was copied out), so a test can check
 that a result is the work it asked for, done on the device (:meth:`ModelRun.mapped_values`), not
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import secrets
 from dataclasses import dataclass
 
 import torch
@@ -40,7 +46,7 @@ import torch
 from . import gpu_specs, thresholds
 from .sim.streams import Schedule, Timeline
 
-RESERVED_NAMES = ("", "host")  # the model's names for every stream and for the host: no stream may take them
+RESERVED_NAMES = ("", "host")  # no stream shows as the host in a timeline (the model's host is not a stream: it has no name)
 
 __all__ = ["Event", "Handle", "HostBuffer", "Kernel", "ModelRun", "RemoteBackend", "Stream", "cuda_backend", "kernel", "launch", "modelled", "pinned",
            "synchronize", "to_device", "to_host", "value"]
@@ -108,25 +114,39 @@ class ModelBackend:
         self.schedule = Schedule.for_gpu(gpu, copy_engines=copy_engines, issue_seconds=issue_seconds)
         self._names = itertools.count()
         self._taken = set(RESERVED_NAMES)
+        self._issued: dict[int, _Token] = {}  # id -> token, for every stream and event this run handed out
         self.default_stream = Stream("default", backend=self)
 
     def _name(self, prefix: str) -> str:
         return f"{prefix}{next(self._names)}"
 
-    def _unique(self, name, kind: str) -> str:
-        """A name no other stream or event of the run has: two ``Stream("copies")`` are two streams, as
-        in CUDA, and no stream can pass for the host (the model's own name for it) or all streams."""
-        name = kind if name is None else str(name)
-        if name in self._taken:
-            name = self._name(f"{name} ")
-        self._taken.add(name)
-        return name
+    def _issue(self, name, kind: str):
+        """A new stream or event: a token only this run hands out (its identity), and a name no other stream
+        or event of the run has, for the timeline: two ``Stream("copies")`` are two streams, as in CUDA."""
+        label = str(name) if name else kind
+        unique = label
+        while unique in self._taken:  # a generated name can meet one given earlier ("copies 3"): try the next
+            unique = self._name(f"{label} ")
+        self._taken.add(unique)
+        token = _Token(kind, unique)
+        self._issued[id(token)] = token
+        return unique, token
+
+    def _own(self, value, kind: str) -> str:
+        """The model's name for ``value``, a stream (or event) this run handed out; anything else is refused,
+        so no ordering can be forged by naming: its ``name`` is never read, only the token it holds."""
+        token = getattr(value, "handle", None)
+        if not isinstance(token, _Token) or self._issued.get(id(token)) is not token or token.kind != kind:
+            made, one = ("streams.Stream()", "a stream") if kind == "stream" else ("streams.Event()", "an event")
+            raise TypeError(f"not {one} of this run: use what {made} gave you ({one} built by hand, kept from "
+                            f"another run or named after another is not one), got {type(value).__name__}")
+        return token.name
 
     def new_stream(self, name):
-        return self._unique(name, "stream"), None
+        return self._issue(name, "stream")
 
     def new_event(self, name):
-        return self._unique(name, "event"), None
+        return self._issue(name, "event")
 
     def pinned(self, tensor) -> HostBuffer:
         host = _host_tensor(tensor, "pinned")
@@ -136,12 +156,16 @@ class ModelBackend:
         if not isinstance(host, HostBuffer):
             host = HostBuffer(_host_tensor(host, "to_device"), False, self._name("host "))
         device = DeviceBuffer(host.tensor.clone(), self._name("dev "), ("copied in", host.name))
-        self.schedule.h2d(f"{host.name} → {device.name}", stream.name, nbytes=host.tensor.nbytes, pinned=host.pinned,
+        self.schedule.h2d(f"{host.name} → {device.name}", self._own(stream, "stream"), nbytes=host.tensor.nbytes, pinned=host.pinned,
                           buffer=device.name, source=host.name)
         return device
 
     def launch(self, fn, args, stream: Stream) -> DeviceBuffer:
         work = fn if isinstance(fn, Kernel) else Kernel(fn)
+        if not callable(work.fn):  # e.g. streams.kernel around a function the grader handed over: its time is the grader's
+            raise TypeError(f"launch runs a function (or a streams.kernel of one), got {type(work.fn).__name__}: "
+                            "launch the function you were given as it is")
+        stream_name = self._own(stream, "stream")
         for arg in args:
             if isinstance(arg, (HostBuffer, torch.Tensor)):
                 raise TypeError("launch takes device buffers (from to_device or an earlier launch), not host tensors")
@@ -152,25 +176,26 @@ class ModelBackend:
         origin = ("computed", work.fn, tuple(arg.origin if isinstance(arg, DeviceBuffer) else ("a value",) for arg in args))
         output = DeviceBuffer(result, self._name("dev "), origin)
         label = getattr(work.fn, "__name__", "kernel")
-        self.schedule.kernel(f"{label} → {output.name}", stream.name, seconds=work.modelled_seconds(self.spec, inputs, result),
+        self.schedule.kernel(f"{label} → {output.name}", stream_name, seconds=work.modelled_seconds(self.spec, inputs, result),
                              reads=[arg.name for arg in args if isinstance(arg, DeviceBuffer)], writes=[output.name])
         return output
 
     def to_host(self, device, stream: Stream) -> HostBuffer:
         if not isinstance(device, DeviceBuffer):
             raise TypeError(f"to_host copies a device buffer back, got {type(device).__name__}")
+        stream_name = self._own(stream, "stream")
         host = HostBuffer(device.tensor.clone(), True, self._name("result "), ("copied out", device.origin))  # pinned: non-blocking
-        self.schedule.d2h(f"{device.name} → {host.name}", stream.name, nbytes=device.tensor.nbytes, buffer=device.name, into=host.name)
+        self.schedule.d2h(f"{device.name} → {host.name}", stream_name, nbytes=device.tensor.nbytes, buffer=device.name, into=host.name)
         return host
 
     def record(self, event: Event, stream: Stream) -> None:
-        self.schedule.record(event.name, stream.name)
+        self.schedule.record(self._own(event, "event"), self._own(stream, "stream"))
 
     def wait(self, event: Event, stream: Stream) -> None:
-        self.schedule.wait(event.name, stream.name)
+        self.schedule.wait(self._own(event, "event"), self._own(stream, "stream"))
 
     def synchronize(self, stream: Stream | None = None) -> None:
-        self.schedule.synchronize(None if stream is None else stream.name)
+        self.schedule.synchronize(None if stream is None else self._own(stream, "stream"))
 
     def value(self, host) -> torch.Tensor:
         if isinstance(host, HostBuffer):
@@ -181,14 +206,29 @@ class ModelBackend:
         return host
 
 
+class _Token:
+    """A stream's or an event's identity in a modelled run: only the run makes them (:meth:`ModelBackend._own`)."""
+
+    __slots__ = ("kind", "name")
+
+    def __init__(self, kind: str, name: str):
+        self.kind, self.name = kind, name
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} {self.name}>"
+
+
 class CudaBackend:
     """The same calls on a real GPU: torch's streams, events and pinned buffers."""
 
     def __init__(self):
+        self._making_default = True
         self.default_stream = Stream("default", backend=self)
 
     def new_stream(self, name):
-        return name or "stream", torch.cuda.default_stream() if name == "default" else torch.cuda.Stream()
+        # Only the backend's own default stream is CUDA's: a name is a label, as in the model, never which stream it is.
+        default, self._making_default = self._making_default, False
+        return name or "stream", torch.cuda.default_stream() if default else torch.cuda.Stream()
 
     def new_event(self, name):
         return name or "event", torch.cuda.Event()
@@ -467,7 +507,7 @@ class _Exported:
 
     def __init__(self, backend: ModelBackend):
         self.backend = backend
-        self.objects: dict[int, object] = {0: backend.default_stream}
+        self.objects: dict[int, object] = {}  # handle -> object; handles are random, so none can be guessed or kept for later
 
     def exported(self, value):
         if isinstance(value, (list, tuple)):
@@ -477,28 +517,31 @@ class _Exported:
         kind = self.KINDS.get(type(value))
         if kind is None:
             return value
-        self.objects[len(self.objects)] = value
-        return Handle(len(self.objects) - 1, kind)
+        handle = secrets.randbits(62)
+        while handle in self.objects:
+            handle = secrets.randbits(62)
+        self.objects[handle] = value
+        return Handle(handle, kind)
 
     def imported(self, value):
         if isinstance(value, (list, tuple)):
             return type(value)(self.imported(item) for item in value)
         handle = getattr(value, "handle", None)
+        if handle is None:
+            return value
         if isinstance(handle, int) and handle in self.objects:
             return self.objects[handle]
-        return value
+        kind = str(getattr(value, "kind", "handle"))
+        raise TypeError(f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind} this run did not hand out (made by hand, or kept from another run)")
 
     def dispatch(self, method: str, *args):
         if method not in self.CALLS:
             raise ValueError(f"unknown call {method!r}")
         args = [self.imported(arg) for arg in args]
-        if method == "new_stream":
-            return self.exported(self.backend.default_stream if args[0] == "default" else Stream(args[0], backend=self.backend))
+        if method == "new_stream":  # a new stream whatever its name ("default" too): names are labels
+            return self.exported(Stream(args[0], backend=self.backend))
         if method == "new_event":
             return self.exported(Event(args[0], backend=self.backend))
-        for arg in args:
-            if isinstance(arg, (Stream, Event)) and arg.backend is not self.backend:
-                raise TypeError("a stream or event of another run")
         if method == "launch":
             return self.exported(self.backend.launch(args[0], args[1], args[2]))
         return self.exported(getattr(self.backend, method)(*args))

@@ -147,6 +147,12 @@ def pairwise_sq_dists(x, y):
     return pairwise_sq_dists_loop(x, y)
 """
 
+# The tests' own reference called by name: it lives in a grader-side setup cell, which never runs beside the answer.
+CALLS_THE_REFERENCE = """
+def pairwise_sq_dists(x, y):
+    return reference_sq_dists(x, y)
+"""
+
 BROADCASTING = """
 def pairwise_sq_dists(x, y):
     return ((x[:, None, :] - y[None, :, :]) ** 2).sum(-1)
@@ -570,6 +576,7 @@ def variants(course_root: Path, submissions_dir: Path, token: str = "probe", por
         "untouched": {name: RELEASE_PATH.read_bytes()},
         "wrong_sqrt": {name: nb(answer(SQRT))},
         "slow_loop": {name: nb(answer(LOOP))},
+        "calls_the_reference": {name: nb(answer(CALLS_THE_REFERENCE))},
         "segfault": {name: nb(answer(SEGFAULT))},
         "exit_in_offload": {name: nb(with_cell(ref, "offload", OFFLOAD_EXIT))},
         "memory_hog": {name: nb(answer(MEMORY_HOG))},

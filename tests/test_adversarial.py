@@ -293,6 +293,7 @@ EXPECTED = {
     "untouched": expect(**{grade_id: FAILED for grade_id in ITEMS}),
     "wrong_sqrt": expect(**BOTH_PAIRWISE_FAIL),  # the speed item checks correctness first
     "slow_loop": expect(**SPEED_FAILS),
+    "calls_the_reference": expect(**BOTH_PAIRWISE_FAIL),  # grader-side: reference_sq_dists does not exist where the answer runs
     "broadcasting_1": expect(),
     "broadcasting_2": expect(),
     "segfault": expect(test_pairwise_correct=CRASHED, test_pairwise_speed=CRASHED),
@@ -490,6 +491,14 @@ def test_forged_done_is_caught_not_just_broken(main_run):
 def test_wrong_answer_fails_speed_item_on_correctness(main_run):
     item = main_run.reports["wrong_sqrt"].items["test_pairwise_speed"]
     assert "a timed output" in item.message, item.message
+
+
+def test_a_reference_of_the_tests_is_named_as_out_of_reach(main_run):
+    """The NameError says why the reference is missing: a grader-side cell (issue 46), not an answer that failed to load."""
+    if "calls_the_reference" not in main_run.extra["students"]:
+        pytest.skip("not graded on this machine (see main_run)")
+    items = main_run.reports["calls_the_reference"].items
+    assert all("grader-side setup cell" in items[grade_id].message for grade_id in adv.PAIRWISE_ITEMS), {g: items[g].message for g in items}
 
 
 def test_crash_messages_name_the_cause(main_run):

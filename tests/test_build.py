@@ -206,7 +206,21 @@ def test_ipython_syntax_in_a_graded_cell_is_read(tmp_path):
 
 def test_unknown_tag_is_rejected(tmp_path):
     message = _build_error(tmp_path, "# %% [markdown]\n# Intro", '# %% tags=["requires_gpu"]\nx = 1')
-    assert f"{tmp_path / '01_x.py'}, cell 2: unknown tag 'requires_gpu'; the known tags are ['requires-gpu']" in message
+    assert f"{tmp_path / '01_x.py'}, cell 2: unknown tag 'requires_gpu'; the known tags are ['grader-side', 'requires-gpu']" in message
+
+
+@pytest.mark.parametrize("header", ['# %% tags=["grader-side"]', '# %% nbgrader={"grade_id": "answer", "solution": true} tags=["grader-side"]',
+                                    '# %% nbgrader={"grade_id": "test_x", "grade": true, "points": 1} tags=["grader-side"]'])
+def test_grader_side_is_only_for_locked_setup_cells(tmp_path, header):
+    # an untagged plain cell counts as setup too, but it runs in the student's worker: the tag is for nbgrader's locked cells
+    message = _build_error(tmp_path, "# %% [markdown]\n# Intro", f"{header}\nx = 1")
+    assert "tag 'grader-side' is only for locked setup cells" in message, message
+
+
+def test_an_answer_may_not_use_what_a_grader_side_cell_defines(tmp_path):
+    message = _build_error(tmp_path, '# %% nbgrader={"grade_id": "refs", "locked": true} tags=["grader-side"]\ndef reference(x):\n    return x',
+                           '# %% nbgrader={"grade_id": "answer", "solution": true}\ndef f(x):\n    return reference(x)')
+    assert "the answer uses reference, which a 'grader-side' cell defines (cell 1)" in message, message
 
 
 @pytest.mark.parametrize(

@@ -47,10 +47,10 @@ def ready(process: sandbox.WorkerProcess):
     return protocol.decode_from_worker(protocol.read_frame(process.from_worker, time.monotonic() + 120, time.monotonic))
 
 
-def started(workdir: Path, forked: bool, monkeypatch, limits=LIMITS, cells=()) -> sandbox.WorkerProcess:
+def started(workdir: Path, forked: bool, monkeypatch, limits=LIMITS, cells=(), grader_modules=False) -> sandbox.WorkerProcess:
     with monkeypatch.context() as patched:
         patched.setattr(forkserver, "enabled", lambda: forked)
-        process = sandbox.start_worker(workdir, limits, [], cells)
+        process = sandbox.start_worker(workdir, limits, [], cells, grader_modules)
     assert isinstance(process.process, forkserver.ForkedProcess) == forked
     return process
 
@@ -264,3 +264,50 @@ def _exists(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+# Every way graded code could reach the grader's counting code (issue 46: autograder.profiling answered count_ops).
+REACH_THE_GRADER = """
+import importlib, sys
+def _try(step):
+    try:
+        step()
+    except ImportError as error:
+        return type(error).__name__
+    return "reached"
+def _after_removing_the_hook():
+    sys.meta_path[:] = [finder for finder in sys.meta_path if type(finder).__module__ != "autograder.worker"]
+    from autograder.profiling import counted_call  # noqa: F401
+def _from_the_file():
+    import gpucourse, pathlib
+    grader = pathlib.Path(gpucourse.__file__).resolve().parent.parent / "autograder" / "profiling.py"
+    if "def counted_call" not in (grader.read_text() if grader.exists() else ""):  # hidden: /dev/null in its place
+        raise ImportError("not there")
+REACHED = {"import": _try(lambda: importlib.import_module("autograder")),
+           "profiling": _try(lambda: importlib.import_module("autograder.profiling")),
+           "loaded": sorted(name for name in sys.modules if name.startswith("autograder")),
+           "file": _try(_from_the_file), "unhooked": _try(_after_removing_the_hook)}
+"""
+
+
+@pytest.mark.parametrize("forked", [True, False], ids=["forked", "own"])
+def test_a_worker_that_runs_student_code_cannot_reach_the_grader(forked, tmp_path, monkeypatch):
+    """Sealed (the default): no module of the grader's package is loaded, importable, or readable from its files, even
+    after the import hook is removed. A profile runner (grader_modules) imports the grader's counting code."""
+    reached = {}
+    for grader_modules in (False, True):
+        workdir = tmp_path / str(grader_modules)
+        workdir.mkdir()
+        process = started(workdir, forked, monkeypatch, grader_modules=grader_modules)
+        try:
+            assert ready(process) == ("ready",)
+            assert request(process, ("exec", REACH_THE_GRADER)) == ("ok",)
+            kind, reached[grader_modules] = request(process, ("value", "REACHED"))
+            assert kind == "return", reached
+        finally:
+            process.kill()
+    contained = sandbox.isolation()[0] in sandbox.CONTAINED
+    sealed = {"import": "ModuleNotFoundError", "profiling": "ModuleNotFoundError", "loaded": [],
+              "file": "ImportError" if contained else "reached", "unhooked": "ModuleNotFoundError" if contained else "reached"}
+    assert reached[False] == sealed
+    assert reached[True]["profiling"] == "reached" and reached[True]["unhooked"] == "reached"

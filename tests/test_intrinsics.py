@@ -117,3 +117,60 @@ def test_mma_calls_counts_and_checks_in_a_notebook():
     assert check.mma_calls(packed, a, b) == 3 * 2 * 2
     with pytest.raises(AssertionError, match="not one per pair"):
         check.mma_calls(extra_zero_call, a, b)
+
+
+@njit
+def zero_tile_calls(a, b, mma):
+    """As many calls as packed makes, on zero tiles, and the product by plain loops (module 07's own_intrinsic_when_large)."""
+    m, k = a.shape
+    n = b.shape[1]
+    zero, scratch = np.zeros((16, 16), a.dtype), np.zeros((16, 16), a.dtype)
+    for _ in range(((m + 15) // 16) * ((k + 15) // 16) * ((n + 15) // 16)):
+        mma(zero, zero, scratch)
+    c = np.zeros((m, n), a.dtype)
+    for i in range(m):
+        for p in range(k):
+            for j in range(n):
+                c[i, j] += a[i, p] * b[p, j]
+    return c
+
+
+def test_the_counting_intrinsic_tallies_one_call_per_pair_of_tiles():
+    """counting_mma multiplies as mma_16x16 does; its tally passes check_tally for a block of two calls (float64
+    inputs are tallied in the module 07 reference's grading)."""
+    calls = [inputs(33, 17, 20), inputs(33, 17, 20)]
+    secret = intrinsics.new_tally_secret()
+    intrinsics.start_tally(secret)
+    outputs = [packed(a, b, intrinsics.counting_mma) for a, b in calls]
+    tally = intrinsics.read_tally()
+    assert intrinsics.check_tally(calls, tally, secret) == 2 * 3 * 2 * 2
+    for (a, b), output in zip(calls, outputs):
+        np.testing.assert_allclose(output, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    assert intrinsics.read_tally() == {"calls": 0, "fingerprint": 0.0}, "reading wipes the tally"
+    assert not intrinsics._tally.any(), "and its secret"
+
+
+def test_a_tally_fails_missing_calls_and_calls_on_other_tiles():
+    a, b = inputs(33, 17, 20)
+    for fn, message in [(extra_zero_call, "made 13 mma calls where 12 were due"), (zero_tile_calls, "were not on the tiles of the inputs")]:
+        secret = intrinsics.new_tally_secret()
+        intrinsics.start_tally(secret)
+        fn(a, b, intrinsics.counting_mma)
+        with pytest.raises(AssertionError, match=message):
+            intrinsics.check_tally([(a, b)], intrinsics.read_tally(), secret)
+    with pytest.raises(AssertionError, match="tally did not come back"):
+        intrinsics.check_tally([(a, b)], {"calls": 12}, secret)
+
+
+def test_mma_counted_checks_every_call_and_timed_block_in_a_notebook():
+    """check.mma_counted: fn(a, b) with counting_mma, its tally checked after each call and each timed block."""
+    own = cell_function("@njit\ndef own(a, b, mma):\n    c = np.zeros((a.shape[0], b.shape[1]), a.dtype)\n    return c\n", "own")
+    with pytest.raises(AssertionError, match="own made 0 mma calls where 12 were due"):
+        check.mma_counted(own)(*inputs(33, 17, 20))
+    counted = check.MmaCounted(packed)  # the test file is no answer cell: counted without the gate
+    a, b = inputs(33, 17, 20)
+    np.testing.assert_allclose(counted(a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    seconds, outputs = counted.timed_block([inputs(33, 17, 20), inputs(20, 40, 5)])
+    assert seconds > 0 and [output.shape for output in outputs] == [(33, 20), (20, 5)]
+    with pytest.raises(AssertionError, match="were not on the tiles of the inputs"):
+        check.MmaCounted(zero_tile_calls).timed_block([inputs(33, 17, 20)])

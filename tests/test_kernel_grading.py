@@ -320,13 +320,97 @@ VARIANTS_05 = {
         "        results.extend(streams.pinned(part) for part in parts)\n    return results\n"
     ), ("test_overlap_correct", "test_overlap_makespan"), "return what to_host gave back"),
     # Streams named as the model once named the host: no wait before the host reads the results. Before: race-free and
-    # within the bound (the host's reads looked ordered); now each stream has a name of the model's own.
+    # within the bound (the host's reads looked ordered); now a name is a label, and the host is no stream of the model.
     "streams_named_host": ("overlapped_map", MAP_HEAD + (
         "    lanes, out = [streams.Stream() for _ in chunks], streams.Stream('host')\n"
         "    computed = [streams.launch(fn, streams.to_device(c, stream=l), stream=l) for c, l in zip(chunks, lanes)]\n"
         "    results = []\n    for y, lane in zip(computed, lanes):\n        done = streams.Event()\n        done.record(lane)\n"
         "        out.wait_event(done)\n        results.append(streams.to_host(y, stream=out))\n    return results\n"
     ), "test_overlap_makespan", "race"),
+    # Issue 46: a Stream built by hand whose handle names the host, the copies out on it after an event per chunk, no wait
+    # before the host reads the results. Before: race-free and within the bound, 3 points (the model took any object with a
+    # name for a stream, and a stream named "host" for the host); now a stream is a token the run hands out, and the host no stream.
+    "stream_built_as_host": ("overlapped_map", "import types\n\n" + MAP_HEAD + (
+        "    lanes = [streams.Stream() for _ in chunks]\n"
+        "    out = streams.Stream.__new__(streams.Stream)\n"
+        "    out.backend, out.name, out.handle = streams.active(), 'host', types.SimpleNamespace(name='host')\n"
+        "    computed = [streams.launch(fn, streams.to_device(c, stream=l), stream=l) for c, l in zip(chunks, lanes)]\n"
+        "    results = []\n    for y, lane in zip(computed, lanes):\n        done = streams.Event()\n        done.record(lane)\n"
+        "        out.wait_event(done)\n        results.append(streams.to_host(y, stream=out))\n    return results\n"
+    ), "test_overlap_makespan", "not a stream of this run"),
+    # The no_events layout with the compute stream built by hand under the name the model gave the copy stream ("stream").
+    # Before: the model took the two for one stream, so nothing raced and nothing overlapped (makespan 2.1x, no points gained).
+    "stream_built_as_another": ("overlapped_map", "import types\n\n" + MAP_HEAD + (
+        "    copies = streams.Stream()\n    compute = streams.Stream.__new__(streams.Stream)\n"
+        "    compute.backend, compute.name, compute.handle = streams.active(), 'stream', types.SimpleNamespace(name='stream')\n"
+        "    on_device = [streams.to_device(chunk, stream=copies) for chunk in chunks]\n"
+        "    computed = [streams.launch(fn, x, stream=compute) for x in on_device]\n"
+        "    results = [streams.to_host(y, stream=copies) for y in computed]\n    streams.synchronize()\n    return results\n"
+    ), ("test_overlap_correct", "test_overlap_makespan"), "not a stream of this run"),
+    # The kernels wait on an Event built by hand under the model's name of a first event. Before: a wait on an event never
+    # recorded, a no-op, so the races showed (no points gained); now refused as it would be on a GPU.
+    "event_built_by_hand": ("overlapped_map", "import types\n\n" + MAP_HEAD + (
+        "    copies, compute = streams.Stream(), streams.Stream()\n"
+        "    on_device = [streams.to_device(chunk, stream=copies) for chunk in chunks]\n"
+        "    copied = streams.Event.__new__(streams.Event)\n"
+        "    copied.backend, copied.name, copied.handle = streams.active(), 'event', types.SimpleNamespace(name='event')\n"
+        "    compute.wait_event(copied)\n    computed = [streams.launch(fn, x, stream=compute) for x in on_device]\n"
+        "    results = [streams.to_host(y, stream=compute) for y in computed]\n    streams.synchronize()\n    return results\n"
+    ), ("test_overlap_correct", "test_overlap_makespan"), "not an event of this run"),
+    # Every run waits on the event the first run recorded. Before: its handle (a small count) named whatever object of the
+    # new run had that number (an error in one item, a no-op wait and races in the other); now handles are random and per run.
+    "event_from_another_run": ("overlapped_map", "_KEPT = []\n\n" + MAP_HEAD + (
+        "    copies, compute = streams.Stream(), streams.Stream()\n"
+        "    on_device = [streams.to_device(chunk, stream=copies) for chunk in chunks]\n"
+        "    if not _KEPT:\n        _KEPT.append(streams.Event())\n        _KEPT[0].record(copies)\n    compute.wait_event(_KEPT[0])\n"
+        "    computed = [streams.launch(fn, x, stream=compute) for x in on_device]\n"
+        "    results = [streams.to_host(y, stream=compute) for y in computed]\n    streams.synchronize()\n    return results\n"
+    ), ("test_overlap_correct", "test_overlap_makespan"), "an event this run did not hand out"),
+    # No copies and no kernels: a makespan of 0, under any cap from above. Already closed by be80eb5 (a result per chunk,
+    # each its chunk's own work on the device; the makespan held to the work's bound from below too).
+    "empty_timeline": ("overlapped_map", "def overlapped_map(fn, host_chunks):\n    return []\n",
+                       ("test_overlap_correct", "test_overlap_makespan"), "one per chunk, got 0"),
+    # The map's function launched as a kernel of the answer's own that takes no time. Before: refused by accident (the
+    # rebuilt kernel could not be called); now launch says a kernel's time is the grader's.
+    "kernel_made_free": ("overlapped_map", lambda given: given.replace(
+        "streams.launch(fn, x, stream=lane)", "streams.launch(streams.kernel(fn, seconds=0.0), x, stream=lane)"),
+        ("test_overlap_correct", "test_overlap_makespan"), "launch the function you were given as it is"),
+    # Labels are labels: a copy-out stream labelled "host", ordered by an event per chunk, and a wait before returning.
+    "copy_out_stream_labelled_host": ("overlapped_map", MAP_HEAD + (
+        "    lanes, out = [streams.Stream('default') for _ in chunks], streams.Stream('host')\n"
+        "    computed = [streams.launch(fn, streams.to_device(c, stream=l), stream=l) for c, l in zip(chunks, lanes)]\n"
+        "    results = []\n    for y, lane in zip(computed, lanes):\n        done = streams.Event('host')\n        done.record(lane)\n"
+        "        out.wait_event(done)\n        results.append(streams.to_host(y, stream=out))\n    out.synchronize()\n    return results\n"
+    ), ("test_overlap_correct", "test_overlap_makespan"), None),
+    # Issue 46: the course's own simulator, extrapolated from 64 chunks. Before: full marks (every case was exact by 64
+    # chunks or linear after); now the hidden tests draw a one-copy-engine pipeline whose pace changes after 10**8 to 10**9 chunks.
+    "simulated_makespan": ("pipeline_makespan", (
+        "def pipeline_makespan(n_chunks, h2d, compute, d2h, copy_engines=2):\n"
+        "    if n_chunks < 0 or min(h2d, compute, d2h) < 0 or copy_engines < 1:\n        raise ValueError('bad input')\n"
+        "    def simulated(n):\n        return stream_model.pipeline(n, h2d, compute, d2h, copy_engines=copy_engines).simulate().makespan\n"
+        "    if n_chunks <= 64:\n        return simulated(n_chunks)\n"
+        "    return simulated(64) + (n_chunks - 64) * (simulated(64) - simulated(63))\n"
+    ), "test_pipeline_makespan", "(drawn): expected"),
+    # Every visible and hidden case of before typed in. Before: full marks; now the hidden tests draw theirs when they grade.
+    "knows_the_hidden_cases": ("pipeline_makespan", (
+        "def pipeline_makespan(n_chunks, h2d, compute, d2h, copy_engines=2):\n"
+        "    if n_chunks < 0 or min(h2d, compute, d2h) < 0 or copy_engines < 1:\n        raise ValueError('bad input')\n"
+        "    return {(1, 2.0, 3.0, 1.0, 2): 6.0, (3, 2.0, 3.0, 1.0, 2): 12.0, (4, 4.0, 1.0, 1.0, 2): 18.0, (3, 2.0, 3.0, 1.0, 1): 12.0,\n"
+        "            (0, 2.0, 3.0, 1.0, 2): 0.0, (5, 1.0, 1.0, 1.0, 3): 7.0, (4, 3.0, 1.0, 2.0, 1): 20.0, (2, 1.0, 10.0, 5.0, 1): 26.0,\n"
+        "            (3, 1.0, 3.0, 4.0, 1): 16.0, (10**9, 1e-3, 2e-3, 5e-4, 2): 1e-3 + 2e-3 + 5e-4 + (10**9 - 1) * 2e-3,\n"
+        "            (10**9, 1e-3, 2e-3, 5e-4, 1): 3e-3 + (10**9 - 1) * 2e-3 + 5e-4}.get((n_chunks, h2d, compute, d2h, copy_engines), 0.0)\n"
+    ), "test_pipeline_makespan", "(drawn): expected"),
+    # The closed form found another way: with one copy engine the copies out start once every copy in and the first kernel
+    # are done, and then each waits for its kernel or the one before it.
+    "closed_form_by_waits": ("pipeline_makespan", (
+        "def pipeline_makespan(n_chunks, h2d, compute, d2h, copy_engines=2):\n"
+        "    if n_chunks < 0 or h2d < 0 or compute < 0 or d2h < 0 or copy_engines < 1:\n        raise ValueError('bad input')\n"
+        "    if not n_chunks:\n        return 0.0\n    if copy_engines > 1:\n"
+        "        return h2d + compute + d2h + (n_chunks - 1) * max(h2d, compute, d2h)\n"
+        "    last_kernel_done = h2d + compute + (n_chunks - 1) * max(h2d, compute)\n"
+        "    first_out_starts = max(n_chunks * h2d, h2d + compute)\n"
+        "    return max(first_out_starts + n_chunks * d2h, last_kernel_done + d2h)\n"
+    ), "test_pipeline_makespan", None),
     # The standard answers (docs/authoring.md §5). pipeline_makespan has no locked baseline: standard_baseline keeps the
     # reference there. The baselines truly answer the correctness items (test_overlap_correct, test_prefetch_order).
     "standard_baseline": (("overlapped_map", "prefetch"), (
@@ -400,6 +484,15 @@ VARIANTS_06 = {
     "addcmul_tail": ("fused_tail", (
         "def fused_tail(x, bias, residual):\n    return torch.addcmul(residual, F.gelu(x + bias), torch.tensor(SCALE, dtype=x.dtype))\n"
     ), "test_fused_tail_ops", "at most 2 allowed"),
+    # Compiled with dynamic=True (issue 46): one fused pass, and Dynamo lifts the Python float SCALE into a tensor on every
+    # call (aten::empty, aten::to, aten::lift_fresh), which moves no tensor data: not counted (autograder.profiling.moving_ops).
+    "dynamic_compiled_tail": ("fused_tail", "@torch.compile(dynamic=True)\n" + EAGER_TAIL, "test_fused_tail_ops", None),
+    # Passes hidden where that bookkeeping is: the fused tail run in float64, each conversion a copy behind an aten::to (the
+    # op that lifting's aten::to is); the copies inside it (aten::_to_copy, aten::copy_) are counted.
+    "passes_in_conversions": ("fused_tail", (
+        "@torch.compile(dynamic=True)\ndef tail64(x, bias, residual):\n    return F.gelu(x + bias) * SCALE + residual\n\n"
+        "def fused_tail(x, bias, residual):\n    return tail64(x.double(), bias.double(), residual.double()).to(x.dtype)\n"
+    ), "test_fused_tail_ops", "at most 2 allowed"),
     # A kernel that falls back to torch inside: the interpreter would run it, a GPU compiler refuses it.
     "torch_in_kernel": ("bias_gelu_kernel", (
         "@triton.jit\ndef bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, n_elements, n_cols, BLOCK: tl.constexpr):\n"
@@ -457,6 +550,13 @@ VARIANTS_06 = {
     "numpy_linear_tail": ("linear_tail", (
         "def linear_tail(x, weight, bias, residual):\n    return torch.from_numpy((torch.addmm(bias, x, weight).numpy() * SCALE) + residual.numpy())\n"
     ), "test_linear_tail_traffic", "takes the values out of torch"),
+    # Issue 46: the grader's own counting code, imported in the student's worker, answered both (full marks before); a worker
+    # that runs the student's code is sealed from the grader's package (autograder.worker.seal, sandbox.grader_only_paths).
+    "grader_counts_ops": (("count_ops", "dominant_op"), (
+        "def count_ops(fn, *args):\n    from autograder.profiling import counted_call\n    return dict(counted_call(fn, *args)[1])\n",
+        "def dominant_op(fn, *args):\n    from autograder.profiling import counted_call\n    ops = counted_call(fn, *args)[1]\n"
+        "    return max(ops, key=ops.get)\n",
+    ), ("test_count_ops", "test_dominant_op"), "No module named 'autograder'"),
     # The standard answers (docs/authoring.md, section 5). The locked baselines: tail_eager, the loop of matmuls and
     # linear_tail_eager (their correctness items pass, as they should; the Triton launcher has no baseline in a setup cell).
     "standard_baseline": (("fused_tail", "batched_matmuls", "linear_tail"), (
@@ -497,6 +597,13 @@ ZERO_TILE_MMA = (
     "    for _ in range(((m + 15) // 16) * ((k + 15) // 16) * ((n + 15) // 16)):\n        mma(zero, zero, scratch)\n"
     "    c = np.zeros((m, n), a.dtype)\n    for i in range(m):\n        for p in range(k):\n            for j in range(n):\n"
     "                c[i, j] += a[i, p] * b[p, j]\n    return c\n"
+)
+# A 16 x 16 multiply-accumulate of the answer's own, as fast as the course's (the same 4 x 4 register block).
+OWN_MMA = (
+    "@njit\ndef own_mma(a, b, c):\n    for i in range(0, 16, 4):\n        for p in range(0, 16, 4):\n"
+    "            for j in range(16):\n                b0, b1, b2, b3 = b[p, j], b[p + 1, j], b[p + 2, j], b[p + 3, j]\n"
+    "                for r in range(i, i + 4):\n"
+    "                    c[r, j] += a[r, p] * b0 + a[r, p + 1] * b1 + a[r, p + 2] * b2 + a[r, p + 3] * b3\n\n\n"
 )
 VARIANTS_07 = {
     # A tile per partial edge counted as a whole tile: the model clips them.
@@ -547,6 +654,31 @@ VARIANTS_07 = {
         "                mma(ap[i:i + 16, p:p + 16], bp[p:p + 16, j:j + 16], cp[i:i + 16, j:j + 16])\n"
         "    return cp[:m, :n].copy()\n"
     ), "test_matmul_tensorized_speed", "need 1.5×"),
+    # Issue 46: the intrinsic on the checked shapes, plain loops of its own at the timed size (they were 2.5x the strided
+    # baseline, and kept the speed point while the intrinsic's calls were counted on small shapes only).
+    "bypass_when_large": ("matmul_tensorized", lambda given: given.replace(
+        "    n = b.shape[1]\n    tiles_m,",
+        "    n = b.shape[1]\n    if m * k * n >= 1 << 24:\n        c = np.zeros((m, n), a.dtype)\n        for i in range(m):\n"
+        "            for p in range(k):\n                for j in range(n):\n                    c[i, j] += a[i, p] * b[p, j]\n"
+        "        return c\n    tiles_m,"),
+        "test_matmul_tensorized_speed", "made 0 mma calls"),
+    # Issue 46: no intrinsic at all: right values, and it kept the correctness and the speed points.
+    "never_calls_mma": ("matmul_tensorized", (
+        "@njit\ndef matmul_tensorized(a, b, mma):\n    m, k = a.shape\n    n = b.shape[1]\n    c = np.zeros((m, n), a.dtype)\n"
+        "    for i in range(m):\n        for p in range(k):\n            for j in range(n):\n                c[i, j] += a[i, p] * b[p, j]\n"
+        "    return c\n"
+    ), ("test_matmul_tensorized_correct", "test_matmul_tensorized_calls", "test_matmul_tensorized_speed"),
+        {"test_matmul_tensorized_correct": "made 0 mma calls", "test_matmul_tensorized_calls": "not one per pair of input tiles",
+         "test_matmul_tensorized_speed": "made 0 mma calls"}),
+    # Issue 46: honest on the checked shapes; at the timed size a copy of the intrinsic of its own does the work on the
+    # packed tiles, and the grader's is called exactly as often on zero tiles: the count is right, the operands are not.
+    "own_intrinsic_when_large": ("matmul_tensorized", lambda given: OWN_MMA + given.replace(
+        "            for p in range(tiles_k):\n                mma(a_tiles[i, p], b_tiles[p, j], acc)\n",
+        "            for p in range(tiles_k):\n                if m * k * n >= 1 << 24:\n                    own_mma(a_tiles[i, p], b_tiles[p, j], acc)\n"
+        "                    mma(zero, zero, scratch)\n                else:\n                    mma(a_tiles[i, p], b_tiles[p, j], acc)\n").replace(
+        "    acc = np.zeros((16, 16), dtype=a.dtype)\n",
+        "    acc = np.zeros((16, 16), dtype=a.dtype)\n    zero, scratch = np.zeros((16, 16), a.dtype), np.zeros((16, 16), a.dtype)\n"),
+        "test_matmul_tensorized_speed", "not on the tiles of the inputs"),
     # No mask on the store: the edge tiles write into the buffer around C.
     "unmasked_store": ("matmul_kernel", lambda given: given.replace(", acc, mask=(rows[:, None] < M) & (cols[None, :] < N))", ", acc)"),
                        "test_matmul_kernel", "wrote outside C"),
@@ -587,8 +719,8 @@ VARIANTS_07 = {
         "test_matmul_kernel", "test_triton_matmul_launch"),
         {"test_matmul_flops_bytes": "expected", "test_matmul_reordered_correct": "values differ", "test_matmul_reordered_speed": "values differ",
          "test_matmul_blocked_correct": "values differ", "test_matmul_blocked_speed": "values differ",
-         "test_matmul_tensorized_correct": "values differ", "test_matmul_tensorized_calls": "not one per pair of input tiles",
-         "test_matmul_tensorized_speed": "values differ", "test_matmul_kernel": "values differ", "test_triton_matmul_launch": "values differ"}),
+         "test_matmul_tensorized_correct": "made 0 mma calls", "test_matmul_tensorized_calls": "not one per pair of input tiles",
+         "test_matmul_tensorized_speed": "made 0 mma calls", "test_matmul_kernel": "values differ", "test_triton_matmul_launch": "values differ"}),
     # The visible test's targets, hard-coded (the other items' targets come from fresh random inputs: nothing to hand-set).
     "standard_hand_set": ("matmul_flops_bytes", (
         "def matmul_flops_bytes(m, k, n, tile, itemsize=4):\n    if tile <= 0:\n        raise ValueError('tile')\n"
@@ -609,6 +741,15 @@ VARIANTS_08 = {
         "    images = [weight.reshape(k, -1) @ F.unfold(x[i:i + 1], (r, s), padding=(ph, pw), stride=(sh, sw))[0] for i in range(n)]\n"
         "    out = torch.stack(images).reshape(n, k, p, q)\n    return out if bias is None else out + bias.view(1, k, 1, 1)\n"
     ), "test_conv2d_is_im2col", "the count grows"),
+    # The same loop over the batch, compiled (issue 46): Dynamo unrolls it and Inductor runs it as loops of its own, so the
+    # profiler recorded no op at either size. Counted with torch.compile switched off, the count grows with the batch.
+    "compiled_batch_loop": ("conv2d_im2col", (
+        "@torch.compile\ndef conv2d_im2col(x, weight, bias=None, stride=1, padding=0):\n    n, _, h, w = x.shape\n    k, _, r, s = weight.shape\n"
+        "    (sh, sw), (ph, pw) = pair(stride), pair(padding)\n    p, q = (h + 2 * ph - r) // sh + 1, (w + 2 * pw - s) // sw + 1\n"
+        "    filters = weight.reshape(k, -1, 1)\n"
+        "    images = [(filters * F.unfold(x[i:i + 1], (r, s), padding=(ph, pw), stride=(sh, sw))).sum(1) for i in range(n)]\n"
+        "    out = torch.stack(images).reshape(n, k, p, q)\n    return out if bias is None else out + bias.view(1, k, 1, 1)\n"
+    ), "test_conv2d_is_im2col", "the count grows"),
     # The notebook's loops: right, and no faster.
     "the_given_loops": ("conv2d_im2col",
                         "def conv2d_im2col(x, weight, bias=None, stride=1, padding=0):\n    return conv2d_loops(x, weight, bias, stride, padding)\n",
@@ -625,6 +766,10 @@ VARIANTS_08 = {
         "    rows = [x[:, :, i:i + kh].unfold(3, kw, sw).amax(dim=(2, 4)) for i in range(0, x.shape[2] - kh + 1, sh)]\n"
         "    return torch.stack(rows, dim=2)\n"
     ), "test_maxpool2d_ops", "the count grows"),
+    # The library's pooling, compiled (issue 46): Inductor turns it into a loop of its own, which the profiler records as no
+    # ATen op. Counted with torch.compile switched off, the call shows its pooling op.
+    "compiled_max_pool": ("maxpool2d", "@torch.compile\ndef maxpool2d(x, kernel_size, stride=None):\n    return F.max_pool2d(x, kernel_size, stride)\n",
+                          "test_maxpool2d_ops", "calls aten::max_pool2d"),
     # No training, and the accuracy it would like: the test counts the model's right answers itself.
     "untrained_reports_099": ("train_digits", "def train_digits(model, images, labels, epochs, batch_size, device):\n    return 0.99\n",
                               "test_digits_cnn", "right on"),
@@ -948,6 +1093,12 @@ VARIANTS_10 = {
     "copies_into_a_host_buffer": ("train_step", lambda given: given.replace(
         "    opt_d.step()\n", "    opt_d.step()\n    log = torch.zeros(2, dtype=real.dtype)\n    log[0].copy_(d_loss.detach())\n"),
         "test_train_step_no_syncs", "a copy to the host (copy_)"),
+    # Issue 46: the tests' references called by name (full marks before): their cells are grader-side, so the names do not
+    # exist where the answer runs, and the message says why.
+    "calls_expected_coverage": ("mode_coverage", "def mode_coverage(samples, centers, radius):\n    return expected_coverage(samples, centers, radius)\n",
+                                "test_mode_coverage", "a grader-side setup cell defines it"),
+    "calls_expected_losses": ("gan_losses", "def gan_losses(real, fake):\n    return tuple(loss.to(real.dtype) for loss in expected_losses(real, fake))\n",
+                              ("test_gan_losses", "test_gan_losses_large_logits"), "a grader-side setup cell defines it"),
     # The standard answers (docs/authoring.md §5). The locked baseline: seed_train_step's body as train_step (floats, two .item()s).
     # train_ring has no locked baseline; fast_train_loop's (seed_train_loop) is graded on a GPU only (its CPU check, the float32
     # trajectory and no host reads, runs in plain nbgrader and the notebook, where the seed loop's .item()s fail it).
@@ -1060,8 +1211,9 @@ one_class_per_module(Answers, sorted(VARIANTS), globals())
 def test_a_patch_in_another_cell_does_not_reach_the_count(tmp_path):
     """06: the student's process patches the grader's own counting code and the profiler (in the count_ops cell),
     and fused_tail is the eager chain. The count runs where only fused_tail's cell ran: all the ops are there."""
-    forged = ("import autograder.profiling as _grader_profiling\n"
-              "_grader_profiling.counted_call = lambda fn, *args: (fn(*args), {})\n"
+    forged = ("try:\n    import autograder.profiling as _grader_profiling\n"
+              "    _grader_profiling.counted_call = lambda fn, *args: (fn(*args), {})\n"
+              "except ImportError:\n    pass  # sealed: the grader's package is not there (issue 46); the profiler is patched all the same\n"
               "torch.profiler.profile.events = lambda self: []\n\n"
               "def count_ops(fn, *args):\n    return {}\n")
     notebook = reference_answered("06_profiling_fusion", "count_ops", forged)

@@ -73,3 +73,22 @@ def test_top_level_counts_leave_out_the_ops_an_op_calls_inside():
         counts[batch] = (sum(every.values()), outer)
     assert counts[4][0] > counts[1][0], counts  # nested selects grow with the batch
     assert counts[1][1] == counts[4][1] and counts[4][1].get("aten::im2col") == 1, counts
+
+
+def test_moving_ops_leave_out_allocations_and_views_but_not_copies():
+    """What a bound on passes over memory counts (module 06, issue 46): a Python float made a tensor (aten::empty, aten::to,
+    aten::lift_fresh, as torch.compile(dynamic=True) does on every call), an allocation and views are no pass; a
+    conversion or a contiguous copy is, by the ops it calls inside."""
+    import torch
+
+    from autograder.profiling import counted_call, moving_ops
+
+    x = torch.randn(8, 6)
+    lifted = counted_call(lambda t: (torch.tensor(0.7), torch.empty_like(t), t.view(6, 8).t().unsqueeze(0), t.to(t.dtype)), x)[1]
+    assert {"aten::empty", "aten::lift_fresh", "aten::to"} <= set(lifted), lifted  # what the profile holds
+    assert moving_ops(lifted) == {}, lifted
+    converted = moving_ops(counted_call(lambda t: t.to(torch.float64), x)[1])
+    assert converted.get("aten::copy_") == 1 and "aten::to" not in converted, converted
+    assert moving_ops(counted_call(lambda t: t.t().contiguous(), x)[1]).get("aten::copy_") == 1
+    tail = moving_ops(counted_call(lambda t: torch.nn.functional.gelu(t + t) * 0.7 + t, x.double())[1])
+    assert tail == {"aten::add": 2, "aten::gelu": 1, "aten::mul": 1}, tail  # four passes, counted as four

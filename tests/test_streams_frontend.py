@@ -206,3 +206,51 @@ def test_streams_and_events_get_names_of_the_models_own():
         result = streams.to_host(streams.to_device(streams.pinned(torch.ones(10)), stream=first), stream=first)
         streams.value(result)
     assert [race.kind for race in run.timeline().races] == ["read after write"]
+
+
+def test_only_the_streams_and_events_a_run_hands_out_order_work():
+    """Issue 46: a stream or event built by hand (whatever it is named, "host" included), or one of another run, is
+    refused; a name is a label, so Stream("default") is a stream of its own, and the host is no stream of the model."""
+    import types
+
+    with streams.modelled("T4") as other:
+        kept = streams.Event()
+    with streams.modelled("T4") as run:
+        lane = streams.Stream()
+        forged = streams.Stream.__new__(streams.Stream)
+        forged.backend, forged.name, forged.handle = run.backend, "host", types.SimpleNamespace(name="host")
+        x = streams.to_device(streams.pinned(torch.ones(10)), stream=lane)
+        for call in (lambda: streams.to_host(x, stream=forged), lambda: streams.synchronize(forged), lambda: lane.wait_event(kept),
+                     lambda: streams.to_host(x, stream="host"), lambda: lane.wait_event(lane)):
+            with pytest.raises(TypeError, match="of this run"):
+                call()
+        assert streams.Stream("default").name != run.backend.default_stream.name
+    assert other.timeline().intervals == [] and len(run.timeline().intervals) == 1
+    from gpucourse.sim.streams import Schedule
+
+    for name in ("", None):
+        with pytest.raises(ValueError, match="non-empty string"):
+            Schedule().h2d("copy", name, seconds=1.0)
+
+
+def test_across_a_process_boundary_handles_are_the_runs_own():
+    """A handle kept from another run, or one made by hand, is refused on the trusted side."""
+    kept = []
+
+    def keeps_an_event(fn, host_chunks):
+        lane = streams.Stream()
+        if not kept:
+            kept.append(streams.Event())
+            kept[0].record(lane)
+        lane.wait_event(kept[0])
+        return per_chunk_streams(fn, host_chunks)
+
+    with streams.modelled("T4") as run:
+        run.values(run.call(ProcessBoundary(keeps_an_event), double, run.host_chunks([torch.ones(3)])))
+    with streams.modelled("T4") as run:
+        with pytest.raises(TypeError, match="an event this run did not hand out"):
+            run.call(ProcessBoundary(keeps_an_event), double, run.host_chunks([torch.ones(3)]))
+    with streams.modelled("T4") as run:
+        made = ProcessBoundary(lambda fn, chunks: streams.to_device(chunks[0], stream=streams.Handle(0, "stream")))
+        with pytest.raises(TypeError, match="a stream this run did not hand out"):
+            run.call(made, double, run.host_chunks([torch.ones(3)]))

@@ -16,6 +16,8 @@ What the model assumes (each is how CUDA documents it; the numbers are modelled,
 * ``record(event, stream)`` marks the point the stream has reached; ``wait(event, stream)`` holds
   the stream's later operations until that point is done (a wait on an event never recorded is a
   no-op, as in CUDA). ``synchronize()`` blocks the host until everything issued is done.
+* Streams and events are named by non-empty strings; the host is not a stream and has no name a
+  stream could take (it is ``None`` inside the model), so no stream's work counts as the host's.
 
 ``Schedule.simulate()`` returns a :class:`Timeline`: the operations with their engine, start and
 end, the makespan, the ideal bound (the busiest engine's total time: no schedule can beat it) and
@@ -91,12 +93,13 @@ class Timeline:
 class _Op:
     label: str
     kind: str
-    stream: str
+    stream: str | None  # None: the host (its reads and synchronizations)
     seconds: float = 0.0
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
     event: str | None = None
     blocking: bool = False
+    target: str | None = None  # what a synchronize waits for: one stream, or every stream when None
 
 
 class _Clock(dict):
@@ -140,29 +143,30 @@ class Schedule:
     def h2d(self, label: str, stream: str = "default", *, seconds: float | None = None, nbytes: int | None = None,
             pinned: bool = True, buffer: str | None = None, source: str | None = None) -> None:
         """Copy host buffer ``source`` (if named) → device buffer ``buffer`` (default: ``label``)."""
-        self._copy(H2D, label, stream, seconds, nbytes, pinned, reads=(source,) if source else (), writes=(buffer or label,))
+        self._copy(H2D, label, _named(stream, "stream"), seconds, nbytes, pinned, reads=(source,) if source else (), writes=(buffer or label,))
 
     def d2h(self, label: str, stream: str = "default", *, seconds: float | None = None, nbytes: int | None = None,
             pinned: bool = True, buffer: str | None = None, into: str | None = None) -> None:
         """Copy device buffer ``buffer`` → host buffer ``into`` (default: ``label``)."""
-        self._copy(D2H, label, stream, seconds, nbytes, pinned, reads=(buffer or label,), writes=(into or label,))
+        self._copy(D2H, label, _named(stream, "stream"), seconds, nbytes, pinned, reads=(buffer or label,), writes=(into or label,))
 
     def kernel(self, label: str, stream: str = "default", *, seconds: float, reads=(), writes=()) -> None:
-        self._add(_Op(label, "kernel", stream, _duration(seconds), tuple(reads), tuple(writes)))
+        self._add(_Op(label, "kernel", _named(stream, "stream"), _duration(seconds), tuple(reads), tuple(writes)))
 
     def record(self, event: str, stream: str = "default") -> None:
-        self._add(_Op(f"record {event}", "record", stream, event=event))
+        self._add(_Op(f"record {event}", "record", _named(stream, "stream"), event=_named(event, "event")))
 
     def wait(self, event: str, stream: str = "default") -> None:
-        self._add(_Op(f"wait {event}", "wait", stream, event=event))
+        self._add(_Op(f"wait {event}", "wait", _named(stream, "stream"), event=_named(event, "event")))
 
     def synchronize(self, stream: str | None = None) -> None:
         """The host waits for ``stream`` (every stream when None)."""
-        self._add(_Op("synchronize" if stream is None else f"synchronize {stream}", "sync", stream or "", blocking=True))
+        target = None if stream is None else _named(stream, "stream")
+        self._add(_Op("synchronize" if stream is None else f"synchronize {stream}", "sync", None, blocking=True, target=target))
 
     def host_read(self, buffer: str, label: str | None = None) -> None:
         """The host reads a host buffer (a result it returns): races with a copy it did not wait for."""
-        self._add(_Op(label or f"host reads {buffer}", "host_read", "", reads=(buffer,)))
+        self._add(_Op(label or f"host reads {buffer}", "host_read", None, reads=(buffer,)))
 
     def _copy(self, kind, label, stream, seconds, nbytes, pinned, reads, writes):
         if (seconds is None) == (nbytes is None):
@@ -183,6 +187,13 @@ class Schedule:
 
     def simulate(self) -> Timeline:
         return _Run(self).result()
+
+
+def _named(name, what: str) -> str:
+    """A stream's or an event's name: a non-empty string, so nothing but the host is the host (``None``)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a {what} is named by a non-empty string, got {name!r}")
+    return name
 
 
 def _duration(seconds: float) -> float:
@@ -215,7 +226,7 @@ class _Run:
             if op.kind == "sync":
                 self._synchronize(op)
             elif op.kind == "host_read":
-                self._check(op, self.host_clock, "host")
+                self._check(op, self.host_clock)
             else:
                 self._run_on_stream(op)
         return Timeline(self.intervals, self.races, dict(self.engine_busy), self.host)
@@ -233,7 +244,7 @@ class _Run:
         end = ready + op.seconds
         clock[op.stream] = clock.get(op.stream, 0) + 1
         mine = _Clock(clock)
-        self._check(op, mine, op.stream)
+        self._check(op, mine)
         if engine is not None:
             self.engine_free[engine] = end
             self.engine_busy[engine] = self.engine_busy.get(engine, 0.0) + op.seconds
@@ -248,27 +259,27 @@ class _Run:
 
     def _synchronize(self, op: _Op) -> None:
         for other, end, clock in self.done:
-            if op.stream in ("", other.stream):
+            if op.target in (None, other.stream):
                 self.host = max(self.host, end)
                 self.host_clock.join(clock)
 
-    def _check(self, op: _Op, clock: _Clock, stream: str) -> None:
+    def _check(self, op: _Op, clock: _Clock) -> None:
         """Record a race for each access ``clock`` does not order after the conflicting one."""
         for buffer in op.reads:
             if buffer in self.last_write:
-                self._race_unless_ordered(op, clock, stream, *self.last_write[buffer], buffer, "read after write")
+                self._race_unless_ordered(op, clock, *self.last_write[buffer], buffer, "read after write")
             self.reads_since_write.setdefault(buffer, []).append((op, clock))
         for buffer in op.writes:
             if buffer in self.last_write:
-                self._race_unless_ordered(op, clock, stream, *self.last_write[buffer], buffer, "write after write")
+                self._race_unless_ordered(op, clock, *self.last_write[buffer], buffer, "write after write")
             for reader, reader_clock in self.reads_since_write.pop(buffer, []):
                 if reader is not op:
-                    self._race_unless_ordered(op, clock, stream, reader, reader_clock, buffer, "write after read")
+                    self._race_unless_ordered(op, clock, reader, reader_clock, buffer, "write after read")
             self.last_write[buffer] = (op, clock)
 
-    def _race_unless_ordered(self, op, clock, stream, other, other_clock, buffer, kind) -> None:
-        if other.stream == stream:
-            return  # a stream (or the host) is ordered with itself
+    def _race_unless_ordered(self, op, clock, other, other_clock, buffer, kind) -> None:
+        if other.stream == op.stream:
+            return  # a stream (or the host, None) is ordered with itself; no stream is named None
         if other_clock.get(other.stream, 0) > clock.get(other.stream, 0):
             self.races.append(Race(op.label, other.label, buffer, kind))
 

@@ -210,6 +210,8 @@ def pairwise_sq_dists_loop(x, y):
     return out
 
 
+# %% nbgrader={"grade_id": "reference_setup", "locked": true} tags=["grader-side"]
+# For the tests alone: when graded, this cell runs in the grader, where your answers cannot call what it defines.
 def reference_sq_dists(x, y):
     """Trusted reference for the tests: broadcasting in float64, cast back to the inputs' dtype."""
     diff = x.double()[:, None, :] - y.double()[None, :, :]

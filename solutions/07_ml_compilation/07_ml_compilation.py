@@ -33,7 +33,7 @@ from numba import njit
 
 import gpucourse
 from gpucourse import check, kernels, thresholds, timing
-from gpucourse.intrinsics import TILE, mma_16x16
+from gpucourse.intrinsics import TILE, counting_mma, mma_16x16
 
 try:
     TRITON_ON_GPU = kernels.use_triton_gpu_or_interpreter()  # before `import triton`: without a GPU, its interpreter
@@ -285,12 +285,14 @@ check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="matmu
 #
 # `mma_16x16(a_tile, b_tile, c_tile)` (from `gpucourse.intrinsics`, imported above) is this course's tensor intrinsic: `c_tile += a_tile @ b_tile` for 16 × 16 tiles, and no other shape, as a tensor core multiplies fixed tiles.
 # Write `matmul_tensorized(a, b, mma)`, an `@njit` matmul in which **every** multiply-add is done by calls `mma(a_tile, b_tile, c_tile)` of the intrinsic it is given, for any shape: pad `a` and `b` with zeros to multiples of 16, multiply tile by tile, and return the `(m, n)` result (a new array of `a`'s dtype).
+# The values and the speed are measured with `counting_mma` (also from `gpucourse.intrinsics`): `mma_16x16` that also counts its calls and samples their operands at positions drawn afresh each time, so that after every call, and every timed block of calls, the test checks that your function made exactly one call per pair of tiles, `ceil(m/16) · ceil(k/16) · ceil(n/16)` calls, each on the zero-padded tiles `(A[i, p], B[p, j])`.
+# Values computed without the intrinsic, or with it on other tiles, at any size, score 0 on both.
 # Graded:
-# - the values, with `mma_16x16`, on shapes that are not multiples of 16 (1 point);
-# - the calls (2 points): exactly one call per pair of tiles, `ceil(m/16) · ceil(k/16) · ceil(n/16)` calls, each on the zero-padded tiles `(A[i, p], B[p, j])` and accumulating into output tile `(i, j)`, with your output built from what those calls returned. When graded, the calls are recorded by the grader's own intrinsic, which also checks what it returns went into your output: calling it on extra tiles (zeros, say) or computing the output some other way fails.
-# - the speed on fresh (128, 1024) @ (1024, 1024) float32 inputs (1 point): at least 1.5× faster than `matmul_tensorized_strided` below, which makes the same calls on strided views of the padded matrices (`B` is 4 MB, more than a core's L2 cache).
+# - the values on shapes that are not multiples of 16, with those calls (1 point);
+# - the calls (2 points): the same count, each call accumulating into output tile `(i, j)`, with your output built from what those calls returned. When graded, the calls are recorded by the grader's own intrinsic, which also checks what it returns went into your output: calling it on extra tiles (zeros, say) or computing the output some other way fails.
+# - the speed on fresh (128, 1024) @ (1024, 1024) float32 inputs, with those calls in every timed call (1 point): at least 1.5× faster than `matmul_tensorized_strided` below, which makes the same calls (through `counting_mma` too) on strided views of the padded matrices (`B` is 4 MB, more than a core's L2 cache).
 #   `mma_16x16` is fastest on contiguous tiles: copy ("pack") the tiles of `a` and `b` into contiguous 16 × 16 blocks first, as a GPU stages tiles in shared memory.
-#   On a 2-core Intel Xeon, one thread, the reference solution (packed) measured 4-5× the strided version under the grader (and 1.6-1.8× `matmul_ikj` on the wide product).
+#   On a 2-core Intel Xeon, one thread, the reference solution (packed) measured 4-5× the strided version under the grader with `mma_16x16` (and 1.6-1.8× `matmul_ikj` on the wide product); `counting_mma`'s tally adds about the same time per call to both sides (on a 2-core AMD EPYC under the grader: 5.4-5.9× with `mma_16x16`, 4.5-4.9× with `counting_mma`).
 #
 # About 25 lines.
 
@@ -346,15 +348,15 @@ def matmul_tensorized(a, b, mma):
 
 
 # %% nbgrader={"grade_id": "test_matmul_tensorized_correct", "grade": true, "points": 1}
-"""matmul_tensorized(a, b, mma_16x16) matches a @ b on shapes that are not multiples of 16."""
-tensorized = check.njit_only(matmul_tensorized)
+"""matmul_tensorized(a, b, counting_mma) matches a @ b on shapes that are not multiples of 16, with one mma call per pair of tiles."""
+tensorized = check.mma_counted(matmul_tensorized)  # tensorized(a, b): matmul_tensorized(a, b, counting_mma), its calls checked
 for shape, dtype in [((40, 50, 70), np.float32), ((16, 16, 16), np.float64), ((3, 5, 2), np.float32)]:
     a, b = matmul_inputs(*shape, dtype=dtype)
-    check_matmul(a, b, tensorized(a, b, mma_16x16), "matmul_tensorized")
+    check_matmul(a, b, tensorized(a, b), "matmul_tensorized")
 ### BEGIN HIDDEN TESTS
 for shape, dtype in [((1, 1, 1), np.float64), ((33, 17, 65), np.float32), ((100, 3, 31), np.float32)]:
     a, b = matmul_inputs(*shape, dtype=dtype)
-    check_matmul(a, b, tensorized(a, b, mma_16x16), "matmul_tensorized")
+    check_matmul(a, b, tensorized(a, b), "matmul_tensorized")
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade_id": "test_matmul_tensorized_calls", "grade": true, "points": 2}
@@ -371,12 +373,16 @@ for shape in [(17, 16, 1), (33, 65, 20), (5, 40, 5)]:
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade_id": "test_matmul_tensorized_speed", "grade": true, "points": 1}
-"""matmul_tensorized(a, b, mma_16x16) is 1.5x faster than matmul_tensorized_strided on fresh (128, 1024) @ (1024, 1024) float32 inputs."""
+"""matmul_tensorized(a, b, counting_mma), its mma calls checked, is 1.5x faster than matmul_tensorized_strided on fresh (128, 1024) @ (1024, 1024) float32 inputs."""
 SPEEDUP_NEEDED = {"cpu": 1.5, "cuda": 1.5}  # numba loops run on the CPU on every machine
 # 15 rounds: one call a block (60 ms), and a burst of other load on a shared grader once lifted a copy of the baseline to 1.5x in 9.
-tensorized = check.njit_only(matmul_tensorized)
-result = timing.compare_speed(matmul_tensorized_strided, tensorized, lambda: (*matmul_inputs(128, 1024, 1024), mma_16x16),
-                              check=lambda args, output: check_matmul(*args[:2], output, "a timed matmul_tensorized"), rounds=15,
+# Both sides call counting_mma (the same work a call); the answer's calls are also checked, block by block, at the size that is timed.
+tensorized = check.mma_counted(matmul_tensorized)
+a, b = matmul_inputs(128, 1024, 1024)
+check_matmul(a, b, tensorized(a, b), "matmul_tensorized")  # one call first: its calls at this size are checked before any timing
+result = timing.compare_speed(matmul_tensorized_strided, tensorized, lambda: matmul_inputs(128, 1024, 1024),
+                              baseline_inputs=lambda a, b: (a, b, counting_mma),
+                              check=lambda args, output: check_matmul(*args, output, "a timed matmul_tensorized"), rounds=15,
                               charge_cpu_time=True)
 check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="matmul_tensorized vs matmul_tensorized_strided")
 

@@ -136,7 +136,8 @@ def check_lstm(args, output, name):
 #
 # About 6 lines.
 
-# %% nbgrader={"grade_id": "cell_setup", "locked": true}
+# %% nbgrader={"grade_id": "cell_setup", "locked": true} tags=["grader-side"]
+# For the tests alone: when graded, this cell runs in the grader, where your answers cannot call what it defines.
 def torch_lstm_cell(x, h, c, w_ih, w_hh, b_ih, b_hh):
     """nn.LSTMCell's step with these weights."""
     cell = nn.LSTMCell(w_ih.shape[1], w_hh.shape[1], dtype=x.dtype, device=x.device)

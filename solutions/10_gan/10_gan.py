@@ -62,7 +62,8 @@ def random_logits(n, scale=3.0, dtype=torch.float32, seed=0):
 #
 # About 4 lines.
 
-# %% nbgrader={"grade_id": "losses_setup", "locked": true}
+# %% nbgrader={"grade_id": "losses_setup", "locked": true} tags=["grader-side"]
+# For the tests alone: when graded, this cell runs in the grader, where your answers cannot call what it defines.
 def expected_losses(real, fake):
     """(d_loss, g_loss) in float64, exact: BCE(x, 1) = softplus(-x), BCE(x, 0) = softplus(x)."""
     d_loss = softplus64(-real).mean() + softplus64(fake).mean()
@@ -124,7 +125,8 @@ check_losses(fake.double(), real.double(), gan_losses(fake.double(), real.double
 #
 # About 4 lines.
 
-# %% nbgrader={"grade_id": "coverage_setup", "locked": true}
+# %% nbgrader={"grade_id": "coverage_setup", "locked": true} tags=["grader-side"]
+# For the tests alone: when graded, this cell runs in the grader, where your answers cannot call what it defines.
 def expected_coverage(samples, centers, radius):
     """(covered, quality), by a loop over the centres in float64."""
     samples, centers = samples.to("cpu", torch.float64), centers.to("cpu", torch.float64)
