@@ -613,6 +613,9 @@ VARIANTS_07 = {
     # Not compiled: the loops in Python.
     "python_loops": ("matmul_reordered", lambda given: given.replace("@njit\ndef matmul_reordered", "def matmul_reordered"),
                      ("test_matmul_reordered_correct", "test_matmul_reordered_speed"), "must be compiled with @njit"),
+    # Honest (issue 46): fastmath lets the compiler reassociate the sums; the values are within tolerance and it keeps both points.
+    "fastmath_loops": ("matmul_reordered", lambda given: given.replace("@njit\ndef matmul_reordered", "@njit(fastmath=True)\ndef matmul_reordered"),
+                       ("test_matmul_reordered_correct", "test_matmul_reordered_speed"), None),
     # The given order again: right, and no faster.
     "ijk_again": ("matmul_reordered", (
         "@njit\ndef matmul_reordered(a, b):\n    m, k = a.shape\n    n = b.shape[1]\n    c = np.zeros((m, n), dtype=a.dtype)\n"
