@@ -144,6 +144,21 @@ def assert_measured_speedup(measure, required: float, *, name: str = "speedup", 
     assert_speedup(result, required, name=name)
 
 
+def assert_race_free(trace, *, name: str = "the traced launch") -> None:
+    """The traced launches (a :func:`gpucourse.sim.trace`) have no data race in shared or global memory.
+
+    A race may still give the right values in the simulator, which runs one thread at a time and
+    blocks one after another, so races are read from who touched each word and when (barriers),
+    never from the output. Does nothing where the launch ran compiled (nothing was traced).
+    """
+    if not trace.available or not trace.races():
+        return
+    raise AssertionError(
+        f"{name}: {trace.race_count()} data races, e.g. {trace.races()[0].describe()}: within a block, a barrier "
+        "(cuda.syncthreads) must separate one thread's write of a word from other threads' reads and writes of it; "
+        "across blocks, which never wait for each other, threads may share a word only through atomics")
+
+
 def assert_float32_only(kernel, *args, gpu: str = "A100", name: str | None = None) -> None:
     """``kernel``, compiled by NVIDIA's compiler for ``gpu`` with the types of ``args`` (the
     arguments of a launch), does no float64 arithmetic; the message names the lines that do.

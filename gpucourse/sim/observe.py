@@ -10,7 +10,10 @@ observers here (:func:`absorb`). So a test reads the same numbers in a notebook 
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
+
+import numpy as np
 
 _OPEN: list["Observer"] = []  # observers of the enclosing with-blocks, innermost last
 _KINDS: dict[str, type] = {}
@@ -123,7 +126,8 @@ class KernelCalls(Observer, dict):
             original = owner.__dict__.get(method)
             if original is not None:
                 self._patched.append((owner, method, original))
-                setattr(owner, method, _counting(original, name, lock))
+                below = shared_array_below(original) if name == "shared.array" else original
+                setattr(owner, method, _counting(below, name, lock))
 
     def stop(self) -> None:
         for owner, method, original in reversed(self._patched):
@@ -144,7 +148,48 @@ def _counting(original, name: str, lock):
                 recorder[name] = recorder[name] + 1
         return original(*args, **kwargs)
 
-    return counted
+    return wraps_shared_array(counted)  # harmless for the other intrinsics: only shared.array looks at its callers
+
+
+# -- shared arrays under wrappers ------------------------------------------------------------
+
+# numba's simulator tells a block's shared arrays apart by the source line that asked for one: its caller's line.
+# Under a wrapper (a counter, the tracer) that caller is the wrapper, and every array of a kernel would be the
+# first one's memory. Wrappers are marked (their code objects), and the array is keyed by the first line outside them.
+_SHARED_WRAPPERS: set = set()
+_ALLOCATION_LOCK = threading.Lock()  # a block's threads are Python threads: the first two must not both allocate
+
+
+def wraps_shared_array(function):
+    """Mark ``function`` as a wrapper of ``FakeCUDAShared.array`` (see :func:`shared_array_below`)."""
+    _SHARED_WRAPPERS.add(function.__code__)
+    return function
+
+
+def shared_array_below(previous):
+    """What a wrapper of ``FakeCUDAShared.array`` should call: the wrapper installed before it, or, in place of
+    numba's own, :func:`kernel_line_shared_array`."""
+    return previous if getattr(previous, "__code__", None) in _SHARED_WRAPPERS else kernel_line_shared_array
+
+
+def kernel_line_shared_array(shared, shape, dtype, alignment=None):
+    """numba's ``FakeCUDAShared.array``, keyed by the kernel's line whatever wraps it."""
+    from numba.cuda import types
+    from numba.cuda.np import numpy_support
+
+    if alignment is not None:
+        raise RuntimeError("Array alignment is not supported in cudasim")  # numba's own refusal
+    dtype = numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) else np.dtype(dtype)
+    if shape == 0:  # dynamic shared memory: one buffer for every such array, as numba has it
+        return np.frombuffer(shared._dynshared.data, dtype=dtype, count=shared._dynshared_size // dtype.itemsize)
+    frame = sys._getframe(1)
+    while frame.f_code in _SHARED_WRAPPERS:
+        frame = frame.f_back
+    line = (frame.f_code.co_filename, frame.f_lineno)
+    with _ALLOCATION_LOCK:
+        if line not in shared._allocations:
+            shared._allocations[line] = np.empty(shape, dtype)
+        return shared._allocations[line]
 
 
 def record_kernel_calls():
