@@ -31,7 +31,7 @@ import torch
 
 from gpucourse import devices, sim
 from gpucourse.check import TimingFailure
-from gpucourse.compiler import CompilerMissing, compile_report, describe_signature, signature_descriptor
+from gpucourse.compiler import ACCESS_KINDS, CompilerMissing, compile_report, describe_signature, signature_descriptor
 from gpucourse.kernel_source import KernelCompileError, KernelSource
 from gpucourse.triton_compiler import describe_signature as describe_triton_signature
 from gpucourse.triton_compiler import signature_descriptor as triton_signature_descriptor
@@ -148,6 +148,7 @@ class StudentWorker:
         # Without NVIDIA's compiler a grader must stop (see GraderError); a student's self-check goes on with a note.
         self.compiler_required = compiler_required
         self.compiled: dict[tuple, object] = {}  # (kernel, signature) -> its CompileReport, once per submission
+        self.traced_paths = TracedPaths()  # what the item being graded saw its kernels do, traced and compiled
         self.sources: dict[str, KernelSource] = {}  # kernel name -> its checked source, while this worker lives
         self.runners: dict[str, StudentWorker] = {}  # source digest -> the process that launches or counts it (kernel_runner, profile_runner)
         self.setup: tuple[list[str], dict] = ([], {})  # the source's setup cells and the namespace they made here (profile_runner)
@@ -531,18 +532,32 @@ class StudentFunction:
             try:
                 source = KernelSource.from_plain(data)
                 kernel_gate.check_definitions_only(source.text, source.language)
+                self._check_against_the_notebook(source)
+            except kernel_gate.RefusedSource as refused:
+                raise _from_student(str(refused)) from None
             except ValueError as error:
                 raise _from_student(f"{self.name}: its source could not be checked ({error})") from None
             self.worker.sources[self.name] = source
         return self.worker.sources[self.name]
 
-    def check_compiles(self, args) -> None:
-        """Compile the kernel for a real GPU with the launch's argument types, once per signature.
+    def _check_against_the_notebook(self, source: KernelSource) -> None:
+        """The text came from the student's process: hold it to what the grader knows (issue 47). Each function
+        must be a ``def`` of the notebook's cells; a numba kernel must not ask whether it runs in the simulator
+        (traced launches run there, the compile step compiles for a GPU), and the setup's names are the setup's."""
+        setup_cells, setup_namespace = self.worker.setup
+        if source.language == "numba":
+            kernel_gate.check_runs_alike(source)
+            kernel_gate.check_setup_names(source, setup_namespace, _as_run(setup_cells))
+        kernel_gate.check_in_cells(source, _as_run(self.worker.cells))
+
+    def check_compiles(self, args):
+        """Compile the kernel for a real GPU with the launch's argument types, once per signature; its
+        CompileReport (None where a self-check has no compiler).
 
         A kernel no GPU would compile fails the item, with the line and the reason in plain words,
         on a CPU grader exactly as on a GPU one (the simulator alone would have run it).
         """
-        self._compile_once(describe_signature(signature_descriptor(args)), lambda: compile_report(self, args, gpu=kernel_gate.GATE_GPU))
+        return self._compile_once(describe_signature(signature_descriptor(args)), lambda: compile_report(self, args, gpu=kernel_gate.GATE_GPU))
 
     def check_triton_compiles(self, source: KernelSource, args, kwargs) -> None:
         """:meth:`check_compiles` for a ``@triton.jit`` kernel: Triton compiles it for sm_80, once per signature."""
@@ -552,10 +567,10 @@ class StudentFunction:
             raise _from_student(f"{self.name}: {error}") from None
         self._compile_once(signature, lambda: triton_compile_report(source, args, kwargs, gpu=kernel_gate.GATE_GPU))
 
-    def _compile_once(self, signature: str, compile_it) -> None:
+    def _compile_once(self, signature: str, compile_it):
         key = (self.name, signature)
         if key in self.worker.compiled:
-            return
+            return self.worker.compiled[key]
         try:
             self.worker.compiled[key] = compile_it()
         except KernelCompileError as error:
@@ -568,6 +583,7 @@ class StudentFunction:
                 raise GraderError(f"this grader cannot compile kernels: {missing}") from None
             self.worker.compiled[key] = None
             self.worker._note("your kernels were not compiled for a real GPU here (NVIDIA's compiler is not installed); the grader will")
+        return self.worker.compiled[key]
 
     def timed_block(self, calls):
         """Run ``self(*args)`` for each args in ``calls`` and return (seconds, outputs).
@@ -610,7 +626,8 @@ class KernelLaunch:
     definitions, compiled for a real GPU (:meth:`StudentFunction.check_compiles`), and launched
     in a kernel runner: a fresh process holding only that source, with the test's observers
     (counts, traces) opened there; observed launches are simulated on every grader. The student's other code
-    never ran in that process, so it cannot patch what is observed. The launch runs on copies
+    never ran in that process, so it cannot patch what is observed; what a trace saw is held against the
+    compiled code (:class:`TracedPaths`), so a kernel cannot be traced on another path than a GPU runs. The launch runs on copies
     of the arguments; the arrays come back afterwards and are written into the test's own
     arrays, so the test reads ``out`` after ``kernel[grid, block](x, out)`` as in the notebook.
     """
@@ -624,7 +641,7 @@ class KernelLaunch:
             return self._launch_triton(source, args, kwargs)
         if kwargs:
             raise TypeError(f"{self.kernel.name}[...] takes no keyword arguments (a numba kernel)")
-        self.kernel.check_compiles(args)
+        compiled = self.kernel.check_compiles(args)
         # Observed launches are simulated on every grader (so CPU and GPU graders count alike); the others
         # run on the GPU where there is one (a million-thread launch checking lost updates, say).
         observers = sim.open_kinds()
@@ -636,9 +653,11 @@ class KernelLaunch:
         _copy_back(self.kernel.name, args, reply.get("arrays"))
         try:
             sim.absorb(reply["observed"])
-        except (KeyError, TypeError, ValueError) as error:
+            traced = _traced_kinds(reply["observed"]["trace"]) if "trace" in reply["observed"] else None
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise StudentError(f"{self.kernel.name}: what the launch reported is malformed ({error})") from None
-
+        if traced is not None and compiled is not None:  # without a compiler (a self-check) the worker's note says so
+            self.kernel.worker.traced_paths.launched(self.kernel.name, compiled, traced)
 
     def _launch_triton(self, source: KernelSource, args, kwargs) -> None:
         """``kernel[grid](*args, **kwargs)`` for a ``@triton.jit`` kernel: compiled by Triton for sm_80, then
@@ -654,6 +673,65 @@ class KernelLaunch:
         if not isinstance(reply, dict) or not isinstance(reply.get("args"), list) or not isinstance(reply.get("kwargs"), dict):
             raise StudentError(f"{self.kernel.name}: the launch did not report back")
         _copy_back_tensors(self.kernel.name, [*args, *kwargs.values()], [*reply["args"], *(reply["kwargs"].get(k) for k in kwargs)])
+
+
+class TracedPaths:
+    """What one item's traced launches of each kernel did, held against the code compiled for a GPU.
+
+    A traced launch runs the kernel's text in numba's simulator, as Python; a GPU runs the compiled code. A kernel
+    whose path turns on something the two compute differently (numpy's float rules and numba's, Python's unbounded
+    integers and 64-bit wraparound) is traced on one path and runs another: its trace is no evidence of what the
+    GPU does. Their kinds of access (compiler.ACCESS_KINDS) must agree, both ways:
+
+    - each kind a traced launch made must be in the compiled code: checked after each launch;
+    - each kind in the compiled code must have been made by the item's traced launches of that kernel with that
+      signature together: checked when the item's test has run. Not after each launch, since a small launch may
+      rightly leave a path untaken (one whose threads all fall past the end of the data stores nothing); an
+      item's traced launches together, full-sized ones among them, run every kind of access an honest kernel has
+      (the kernels of modules 02-04 make all of theirs in each of their tests' launches, the smallest included).
+      The compiled code is static: a kind there is a path some launch may take.
+    """
+
+    def __init__(self):
+        self.made: dict[int, tuple[str, object, set[str]]] = {}  # id(CompileReport) -> (kernel, report, kinds traced)
+
+    def launched(self, name: str, compiled, traced: set[str]) -> None:
+        """Record a traced launch of ``name`` (with the kinds ``traced``) whose code compiled to ``compiled``."""
+        self.made.setdefault(id(compiled), (name, compiled, set()))[2].update(traced)
+        missing = traced - compiled.access_kinds()
+        if missing:
+            raise _from_student(_differs(name, f"the simulated launch made {_kinds_in_words(missing)}, the code compiled for a GPU has none"))
+
+    def check_every_kind_ran(self) -> None:
+        """After the item's test: no kernel's compiled code has a kind of access its traced launches never made."""
+        for name, compiled, traced in self.made.values():
+            unseen = compiled.access_kinds() - traced
+            if unseen:
+                raise _from_student(_differs(name, f"the code compiled for a GPU has {_kinds_in_words(unseen)}, "
+                                                   "its traced launches in this test made none"))
+
+
+def _differs(name: str, how: str) -> str:
+    return f"{name} behaves differently in the simulator and compiled: {how}"
+
+
+def _kinds_in_words(kinds: set[str]) -> str:
+    return " and ".join(words for kind, words in ACCESS_KINDS.items() if kind in kinds)
+
+
+def _traced_kinds(trace: dict) -> set[str]:
+    """The kinds of access (compiler.ACCESS_KINDS) a traced launch made, from its trace (Trace.export())."""
+    kinds = {"atomic" if str(kind) == "atomic" else f"{space} {kind}" for space, kind, *_ in trace["requests"]}
+    if int(trace.get("barriers", 0)) > 0:
+        kinds.add("barrier")
+    return kinds & set(ACCESS_KINDS)
+
+
+def _as_run(cells: list[str]) -> list[str]:
+    """The cells as a worker runs them (IPython's magics made Python): the text its functions' source comes from."""
+    from .worker import _transform_magics
+
+    return [_transform_magics(cell) for cell in cells]
 
 
 def _copy_back_tensors(name: str, mine, after) -> None:
@@ -986,8 +1064,10 @@ def _grade_item(item: TestItem, plan: Plan, base: dict, worker: StudentWorker, r
                 namespace[name] = StudentFunction(worker, name, remaining)
             elif kind == "value":
                 namespace[name] = _result(name, worker.request(("value", name), remaining()))
+        worker.traced_paths = TracedPaths()
         with contextlib.redirect_stdout(output):
             exec(compile(item.source, f"<test {item.grade_id}>", "exec"), namespace)  # noqa: S102 - instructor's test
+        worker.traced_paths.check_every_kind_ran()
         outcome, score, message = Outcome.PASSED, item.points, ""
     except WorkerTimeout:
         outcome, score, message = Outcome.TIMEOUT, 0.0, f"your code ran past the {limits.item_seconds:.0f} s limit for this item"

@@ -17,10 +17,11 @@ is compiled by NVVM, never executed by Python there.
 from __future__ import annotations
 
 import ast
+import textwrap
 
 import numpy as np
 
-from gpucourse.kernel_source import ALLOWED_MODULES, FUNCTION_MODULES
+from gpucourse.kernel_source import ALLOWED_MODULES, FUNCTION_MODULES, KernelSource, binding_line
 
 # The architecture every graded kernel is compiled for (sm_80), on every grader.
 GATE_GPU = "A100"
@@ -32,6 +33,10 @@ _FUNCTION = "<a @cuda.jit function defined above>"  # what a name is bound to, b
 
 class UncheckableSource(ValueError):
     """The text is not what the course's source extraction emits: it is not compiled."""
+
+
+class RefusedSource(UncheckableSource):
+    """The text is what the extraction emits, but it is not graded: the message says why, in the student's words."""
 
 
 def check_definitions_only(text: str, language: str = "numba") -> None:
@@ -133,6 +138,148 @@ def _is_cuda_jit(decorator: ast.expr, bound: dict[str, str]) -> bool:
         decorator = decorator.func
     return (isinstance(decorator, ast.Attribute) and decorator.attr == "jit" and isinstance(decorator.value, ast.Name)
             and bound.get(decorator.value.id) == "numba.cuda")
+
+
+# ---------------------------------------------------------------------------------------------
+# What a kernel's source must not depend on, and where it must come from (issue 47)
+#
+# A traced launch runs the text in numba's simulator, the compile step compiles it for a GPU: a kernel that
+# asks which of the two it is in can take one path when traced and another when compiled. And the text comes
+# from the student's process, so the grader checks it against what the grader knows: the setup's names
+# (its own values) and the notebook's cells (the text of every function).
+
+# Names that only numba's simulator defines, on numba.cuda or on the stand-in for it that a simulated kernel
+# sees (the difference of their attributes; tests/test_kernel_gate.py keeps this list in step with the
+# installed numba), and ``simulator``, the simulator's own package, which numba.cuda holds on a GPU too.
+SIMULATOR_ONLY = frozenset({"Event", "FakeCUDAKernel", "auto_device", "contextmanager", "is_signature", "kernel", "kernelapi",
+                            "reset", "simulator", "simulator_init"})
+DEVICE_FLAGS = frozenset({"SIMULATED"})  # the assignments' `SIMULATED = kernels.simulator_active()`
+_SIMULATOR_RULE = "a kernel may not depend on whether it runs in numba's simulator"
+
+
+def check_runs_alike(source: KernelSource) -> None:
+    """Raise :class:`RefusedSource` when a function of ``source`` reads what tells numba's simulator from
+    a GPU: numba's configuration (``numba.config.ENABLE_CUDASIM``: compiled, numba freezes the compiler's
+    value, simulated it is the simulator's), a name only the simulator defines, a private attribute (the
+    simulator's stand-ins are Python objects), or the assignments' device flag ``SIMULATED``."""
+    for statement in ast.parse(source.text).body:
+        if isinstance(statement, ast.ImportFrom):  # a function taken by name: `from numba.cuda import is_signature as f`
+            for alias in statement.names:
+                what = _attributes_tell([alias.name], f"{statement.module}.{alias.name}")
+                if what:
+                    raise RefusedSource(f"{source.name} uses {what}: {_SIMULATOR_RULE}")
+        if isinstance(statement, ast.FunctionDef):
+            own = _local_names(statement)
+            for node in ast.walk(statement):
+                what = _simulator_tell(node, own)
+                if what:
+                    raise RefusedSource(f"{statement.name} reads {what} ({_student_line(source, node.lineno)}): {_SIMULATOR_RULE}")
+
+
+def _simulator_tell(node: ast.AST, own: set[str]) -> str | None:
+    """How ``node`` tells the simulator from a GPU, in words, or None. Any attribute of these names, whatever
+    it is read on: a kernel may hold a module in a local variable."""
+    if isinstance(node, ast.Attribute):
+        attributes, value = [], node
+        while isinstance(value, ast.Attribute):
+            attributes.append(value.attr)
+            value = value.value
+        return _attributes_tell(attributes, ast.unparse(node))
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in DEVICE_FLAGS and node.id not in own:
+        return f"the device flag {node.id}"
+    return None
+
+
+def _attributes_tell(attributes: list[str], shown: str) -> str | None:
+    if "config" in attributes:
+        return f"numba's configuration (`{shown}`)"
+    if any(attribute.startswith("_") for attribute in attributes):
+        return f"`{shown}`, a private attribute"
+    if any(attribute in SIMULATOR_ONLY for attribute in attributes):
+        return f"`{shown}`, which only numba's simulator defines"
+    return None
+
+
+def _local_names(definition: ast.FunctionDef) -> set[str]:
+    """The names a function binds itself (its parameters and assignments): not globals."""
+    arguments = definition.args
+    own = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg) if a}
+    return own | {node.id for node in ast.walk(definition) if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load)}
+
+
+def _student_line(source: KernelSource, text_line: int) -> str:
+    origin = source.origin(text_line)
+    return f"line {origin.line}: `{origin.code.strip()}`" if origin else f"line {text_line} of the kernel's source"
+
+
+def check_setup_names(source: KernelSource, setup: dict, setup_cells: list[str]) -> None:
+    """Raise :class:`RefusedSource` when ``source`` binds a name the assignment's setup defines to anything but
+    the setup's value here, in the grader (``setup``: the namespace its setup cells made): the text was written
+    in the student's process, with the student's value, and a cell there may have rebound the name. A function
+    of that name must be the setup cells' own ``def``."""
+    text_lines = source.text.splitlines()
+    setup_functions = _functions_in(setup_cells)
+    for statement in ast.parse(source.text).body:
+        for name in _top_level_names(statement):
+            if name not in setup:
+                continue
+            ours = binding_line(name, setup[name])
+            if isinstance(statement, ast.FunctionDef):
+                if _function_text(text_lines, statement) in setup_functions.get(name, ()):
+                    continue
+                theirs = f"def {name}(...)"
+            else:
+                theirs = text_lines[statement.lineno - 1].strip()
+                if theirs == ours:
+                    continue
+            setup_has = f" (`{ours}`)" if ours else ""
+            raise RefusedSource(f"{source.name} uses {name} as your notebook rebinds it (`{theirs}`), not as the assignment's "
+                                f"setup defines it{setup_has}: kernels are graded with the setup's names; give yours another name")
+
+
+def _top_level_names(statement: ast.stmt) -> list[str]:
+    if isinstance(statement, ast.ImportFrom) and statement.module == "__future__":
+        return []  # a compiler directive, not a name
+    if isinstance(statement, (ast.Import, ast.ImportFrom)):
+        return [alias.asname or alias.name.split(".")[0] for alias in statement.names]
+    if isinstance(statement, ast.Assign):
+        return [target.id for target in statement.targets if isinstance(target, ast.Name)]
+    return [statement.name] if isinstance(statement, ast.FunctionDef) else []
+
+
+def check_in_cells(source: KernelSource, cells: list[str]) -> None:
+    """Raise :class:`RefusedSource` unless every function ``source`` defines is a ``def`` of the same name in
+    one of ``cells`` (the notebook's code, as the student's worker ran it), with the same text from ``def`` to
+    the end of its body (its decorators, which the extraction rewrites, and its indentation aside). The text
+    was read in the student's process, through ``linecache``, which that process can fill with any text: a
+    function built with ``exec`` would be graded on text the notebook does not show."""
+    in_cells = _functions_in(cells)
+    text_lines = source.text.splitlines()
+    for statement in ast.parse(source.text).body:
+        if isinstance(statement, ast.FunctionDef) and _function_text(text_lines, statement) not in in_cells.get(statement.name, ()):
+            raise RefusedSource(f"{statement.name}: its source is not in any cell of the notebook; define it with "
+                                f"`def {statement.name}(...)` in a cell (a function built at run time, with exec, is not graded)")
+
+
+def _functions_in(cells: list[str]) -> dict[str, set[str]]:
+    """Every function the cells define (at any depth): name -> its texts (:func:`_function_text`)."""
+    found: dict[str, set[str]] = {}
+    for cell in cells:
+        try:
+            tree = ast.parse(cell)
+        except SyntaxError:
+            continue  # it never ran, so no function of it did
+        lines = cell.splitlines()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef):
+                found.setdefault(node.name, set()).add(_function_text(lines, node))
+    return found
+
+
+def _function_text(lines: list[str], definition: ast.FunctionDef) -> str:
+    """A function's lines from ``def`` to the end of its body, without their common indentation (lines of
+    blanks count as empty, as :func:`textwrap.dedent` makes them)."""
+    return textwrap.dedent("\n".join(lines[definition.lineno - 1:definition.end_lineno]))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from .kernel_source import KERNEL_FILENAME, KernelCompileError, KernelSource, KernelSourceError, SourceLine, kernel_source
 
-__all__ = ["CompileReport", "CompilerMissing", "KernelCompileError", "KernelSourceError", "SourceLine",
+__all__ = ["ACCESS_KINDS", "CompileReport", "CompilerMissing", "KernelCompileError", "KernelSourceError", "SourceLine",
            "compile_report", "find_ptxas", "kernel_source"]
 
 INSTALL_COMMAND = 'pip install "numba-cuda[cu13]" "nvidia-cuda-nvcc==13.*"'
@@ -357,6 +357,28 @@ _COUNTS = {  # summary counter -> test on an opcode
 }
 
 
+# The kinds of access a kernel makes, named alike for a traced launch and for the compiled code (the grader checks that
+# both make the same kinds: autograder.harness.TracedPaths) -> how a message names them.
+ACCESS_KINDS = {
+    "global load": "loads from global memory",
+    "global store": "plain stores to global memory",
+    "atomic": "atomic updates",
+    "shared load": "loads from shared memory",
+    "shared store": "stores to shared memory",
+    "barrier": "barriers (cuda.syncthreads)",
+}
+_ACCESS_TESTS = {  # kind -> test on an opcode of the kernel's own accesses
+    # Not the read-only ``ld.global.nc`` loads of libdevice's tables (sin and cos reduce large arguments with one):
+    # numba reaches array arguments through plain ``ld`` / ``ld.global``, never through that path.
+    "global load": lambda op: _COUNTS["global_loads"](op) and "nc" not in op.split("."),
+    "global store": _COUNTS["global_stores"],
+    "atomic": _COUNTS["atomics"],
+    "shared load": _COUNTS["shared_loads"],
+    "shared store": _COUNTS["shared_stores"],
+    "barrier": _COUNTS["barrier_instructions"],
+}
+
+
 _LOC = re.compile(r"\.loc\s+(\d+)\s+(\d+)")  # file number, line (then column, maybe inlined_at)
 
 
@@ -439,6 +461,11 @@ class CompileReport:
         """
         return [text for origin, text in self.instructions
                 if origin is not None and origin.line == line and function in (None, origin.function)]
+
+    def access_kinds(self) -> frozenset[str]:
+        """The kinds of access (:data:`ACCESS_KINDS`) the compiled code has somewhere: what a launch on a GPU may do."""
+        opcodes = {_opcode(text) for _, text in self.instructions}
+        return frozenset(kind for kind, test in _ACCESS_TESTS.items() if any(test(opcode) for opcode in opcodes))
 
     def float64_lines(self) -> list[SourceLine]:
         """The student's source lines that compile to float64 arithmetic, in source order."""

@@ -355,6 +355,42 @@ def test_without_nvidias_compiler_a_grader_stops_and_a_self_check_goes_on(tmp_pa
     assert result.kernels == []
 
 
+COUNT_ONE = "@cuda.jit(device=True)\ndef count_one(bins, value):\n    cuda.atomic.add(bins, value, 1)\n"
+HISTOGRAM = ("@cuda.jit('void(int32[:], int32[:])')\ndef {name}(values, bins):\n"
+             "    for i in range(cuda.grid(1), values.size, cuda.gridsize(1)):\n{body}")
+SWITCH = "        if {test}:\n            count_one(bins, values[i])\n        else:\n            bins[values[i]] += 1\n"
+SHOWN = HISTOGRAM.format(name="planted", body="        count_one(bins, values[i])\n").split("\n", 1)[1]
+PLANTED = (f"import linecache\n_SHOWN = {SHOWN!r}\nlinecache.cache['<planted>'] = (len(_SHOWN), None, _SHOWN.splitlines(True), '<planted>')\n"
+           "exec(compile(_SHOWN.replace('count_one(bins, values[i])', 'bins[values[i]] += 1'), '<planted>', 'exec'))\n"
+           "planted = cuda.jit(planted)\n")
+TRACED_HISTOGRAM = ("values = np.array([0, 1, 1, 3] * 20, np.int32)\nbins = np.zeros(4, np.int32)\n"
+                    "with sim.trace():\n    {name}[2, 32](values, bins)\nassert bins.tolist() == [20, 40, 0, 20], bins")
+
+
+def test_a_traced_kernel_is_held_to_its_compiled_code_and_its_source_to_the_notebook(tmp_path):
+    """Issue 47, end to end: an explicit signature and a device function of another cell keep their point; a kernel
+    the simulator runs on another path than the GPU (a float rule), one that asks whether it is simulated, one
+    that reads a setup name the notebook rebinds, and one built with exec all lose theirs, each saying why."""
+    kernels = {"honest": "        count_one(bins, values[i])\n",
+               "float_rule": SWITCH.format(test="np.float32(0.1) * 3 == np.float32(0.3)"),
+               "asks": SWITCH.format(test="SIMULATED"),
+               "rebinds": "        count_one(bins, values[i] % BINS)\n"}
+    cells = [KERNEL_CELL + "\n" + COUNT_ONE, *(HISTOGRAM.format(name=name, body=body) for name, body in kernels.items()),
+             "BINS = 2\n", PLANTED]
+    items = [skeleton.TestItem(f"test_{name}", 1.0, TRACED_HISTOGRAM.format(name=name)) for name in [*kernels, "planted"]]
+    setup = "import numpy as np\nfrom gpucourse import kernels, sim\nkernels.use_gpu_or_simulator(verbose=False)\nSIMULATED = True\nBINS = 4\n"
+    plan = Plan(context=[setup], student_cells=[setup, *cells], items=items, api_names=[*kernels, "planted"])
+    (tmp_path / "work").mkdir()
+    honest, float_rule, asks, rebinds, planted = harness.grade(plan, tmp_path / "work", LIMITS).items
+    assert honest.outcome == Outcome.PASSED, honest
+    assert float_rule.message == ("float_rule behaves differently in the simulator and compiled: the simulated launch made atomic "
+                                  "updates, the code compiled for a GPU has none"), float_rule
+    assert asks.message.startswith("asks reads the device flag SIMULATED (line 4: `if SIMULATED:`)"), asks
+    assert rebinds.message.startswith("rebinds uses BINS as your notebook rebinds it (`BINS = 2`), not as the assignment's setup "
+                                      "defines it (`BINS = 4`)"), rebinds
+    assert planted.message.startswith("planted: its source is not in any cell of the notebook"), planted
+
+
 ANSWERS_SETUP = "import time\nfrom gpucourse import check\n\ndef drive(seconds):\n    return {'answer': answer(seconds), 'other': globals().get('OTHER')}\n"
 
 

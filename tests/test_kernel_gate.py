@@ -125,3 +125,148 @@ def test_a_forged_triton_source_is_refused(case):
     with pytest.raises(UncheckableSource, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         check_definitions_only(text, "triton")
     check_definitions_only(TRITON + TRITON_KERNEL, "triton")  # the same text without the forgery passes
+
+
+# ---------------------------------------------------------------------------------------------
+# What a kernel's source must not depend on, and where it must come from (issue 47)
+
+
+def run_cells(*cells) -> dict:
+    """The namespace ``cells`` make, run as the student's worker runs them: each under a file name of its own, known to linecache."""
+    import linecache
+    import uuid
+
+    namespace = {"__name__": "cells"}
+    for cell in cells:
+        filename = f"<test cell {uuid.uuid4().hex}>"
+        linecache.cache[filename] = (len(cell), None, cell.splitlines(True), filename)
+        exec(compile(cell, filename, "exec"), namespace)  # noqa: S102 - the test's own cells
+    return namespace
+
+
+def worker_source(name, *cells):
+    """``name``'s source as the student's worker emits it, after running ``cells``."""
+    from gpucourse.kernel_source import kernel_source
+
+    return kernel_source(run_cells(*cells)[name])
+
+
+IMPORTS = "import math\nimport numba\nimport numpy as np\nfrom numba import cuda\n"
+SIMULATED_FLAG = "SIMULATED = True\n"
+ASKS = {  # a kernel body's first line -> what the refusal names
+    "if numba.config.ENABLE_CUDASIM:": "reads numba's configuration (`numba.config.ENABLE_CUDASIM`)",
+    "if numba.core.config.ENABLE_CUDASIM:": "reads numba's configuration (`numba.core.config.ENABLE_CUDASIM`)",
+    "if numba.cuda.simulator_init is not None:": "reads `numba.cuda.simulator_init`, which only numba's simulator defines",
+    "if numba.cuda.simulator is not None:": "reads `numba.cuda.simulator`, which only numba's simulator defines",
+    "if cuda.__class__ is not None:": "reads `cuda.__class__`, a private attribute",
+    "if SIMULATED:": "reads the device flag SIMULATED",
+}
+
+
+@pytest.mark.parametrize("asks", sorted(ASKS))
+def test_a_kernel_that_asks_whether_it_is_simulated_is_refused_with_its_line(simulated_cuda, asks):
+    from autograder.kernel_gate import RefusedSource, check_runs_alike
+
+    cell = IMPORTS + SIMULATED_FLAG + f"\n@cuda.jit\ndef k(x):\n    {asks}\n        x[0] = 1\n"
+    source = worker_source("k", cell)
+    check_definitions_only(source.text)  # what the extraction emits: only the new check refuses it
+    with pytest.raises(RefusedSource) as refused:
+        check_runs_alike(source)
+    assert str(refused.value) == f"k {ASKS[asks]} (line 9: `{asks}`): a kernel may not depend on whether it runs in numba's simulator"
+
+
+def test_a_simulator_only_function_imported_by_name_is_refused():
+    from autograder.kernel_gate import RefusedSource, check_runs_alike
+    from gpucourse.kernel_source import KernelSource
+
+    text = "import numba.cuda as cuda\nfrom numba.cuda import is_signature as check\n" + KERNEL
+    with pytest.raises(RefusedSource, match="k uses `numba.cuda.is_signature`, which only numba's simulator defines"):
+        check_runs_alike(KernelSource("k", text, ()))
+
+
+def test_honest_kernels_do_not_ask_whether_they_are_simulated(kernels):
+    from autograder.kernel_gate import check_runs_alike
+    from gpucourse.kernel_source import KernelSource, kernel_source
+
+    for name in ("transpose", "scale", "scale_through_alias", "per_thread_array", "uses_limits", "bounces", "computed_shape"):
+        check_runs_alike(kernel_source(getattr(kernels, name)))
+    local_flag = "import numba.cuda as cuda\n@cuda.jit\ndef k(x, SIMULATED):\n    if SIMULATED:\n        x[0] = 1\n"
+    check_runs_alike(KernelSource("k", local_flag, ()))  # a parameter of that name is the kernel's own
+
+
+def test_the_simulator_only_names_are_those_of_the_installed_numba():
+    """SIMULATOR_ONLY holds every public name that numba's simulator defines on numba.cuda, or on the stand-in a simulated
+    kernel sees, and a compiled kernel's numba.cuda does not (a submodule it loads when asked, fp16, does not count)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from autograder.kernel_gate import SIMULATOR_ONLY
+
+    def names(simulated: str, code: str) -> set[str]:
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env={**os.environ, "NUMBA_ENABLE_CUDASIM": simulated})
+        return set(json.loads(run.stdout.strip().splitlines()[-1]))
+
+    simulated = names("1", "import json, numba.cuda as c\nfrom numba.cuda.simulator.kernelapi import FakeCUDAModule\n"
+                           "print(json.dumps(sorted(set(dir(c)) | set(dir(FakeCUDAModule((1, 1, 1), (1, 1, 1), 0))))))")
+    compiled = names("0", "import json, importlib.util, numba.cuda as c\n"
+                          f"submodules = {{n for n in {sorted(simulated)!r} if not n.startswith('_') and importlib.util.find_spec('numba.cuda.' + n)}}\n"
+                          "print(json.dumps(sorted(set(dir(c)) | submodules)))")
+    only_simulated = {name for name in simulated - compiled if not name.startswith("_")}
+    assert only_simulated and only_simulated <= SIMULATOR_ONLY, sorted(only_simulated - SIMULATOR_ONLY)
+
+
+SETUP_CELL = IMPORTS + "TILE = 32\nSCALE = np.float32(0.5)\n"
+SETUP = {"math": __import__("math"), "np": __import__("numpy"), "TILE": 32, "SCALE": __import__("numpy").float32(0.5)}
+USES_SETUP = "\n@cuda.jit\ndef k(x):\n    x[0] = TILE * SCALE * math.pi\n"
+
+
+def test_a_setup_name_the_notebook_rebinds_is_refused(simulated_cuda):
+    from autograder.kernel_gate import RefusedSource, check_setup_names
+
+    check_setup_names(worker_source("k", SETUP_CELL, USES_SETUP), SETUP, [SETUP_CELL])
+    check_setup_names(worker_source("k", SETUP_CELL, "TILE = 32\n" + USES_SETUP), SETUP, [SETUP_CELL])  # the same value again
+    with pytest.raises(RefusedSource) as refused:
+        check_setup_names(worker_source("k", SETUP_CELL, "TILE = 16\n" + USES_SETUP), SETUP, [SETUP_CELL])
+    assert str(refused.value) == ("k uses TILE as your notebook rebinds it (`TILE = 16`), not as the assignment's setup defines it "
+                                  "(`TILE = 32`): kernels are graded with the setup's names; give yours another name")
+    with pytest.raises(RefusedSource, match=r"uses math as your notebook rebinds it \(`import numpy as math`\)"):
+        check_setup_names(worker_source("k", SETUP_CELL, "math = np\n" + USES_SETUP.replace("math.pi", "math.float32(3)")), SETUP, [SETUP_CELL])
+    with pytest.raises(RefusedSource, match=r"uses TILE as your notebook rebinds it \(`def TILE\(\.\.\.\)`\)"):
+        check_setup_names(worker_source("k", SETUP_CELL, "@cuda.jit(device=True)\ndef TILE():\n    return 8\n"
+                                        + USES_SETUP.replace("TILE *", "TILE() *")), SETUP, [SETUP_CELL])
+
+
+HELPER_CELL = "from numba import cuda\n\n\n@cuda.jit(device=True)\ndef twice(v):\n    return 2 * v  # a comment\n"
+KERNEL_CELLS = {
+    "a kernel calling a device function of another cell": "@cuda.jit\ndef k(x):\n    x[0] = twice(x[0])\n",
+    "an explicit signature": "@cuda.jit('void(float32[:])')\ndef k(x):\n\n    x[0] = twice(x[0])\n",
+    "a decorator over several lines": "@cuda.jit(\n    'void(float32[:])',\n)\ndef k(x):\n    x[0] = twice(x[0])\n",
+    "a kernel indented in an if": "if True:\n    @cuda.jit\n    def k(x):\n        x[0] = twice(x[0])\n",
+    "a kernel decorated by a call": "def k(x):\n    x[0] = twice(x[0])\n\n\nk = cuda.jit(k)\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(KERNEL_CELLS))
+def test_functions_defined_in_the_notebooks_cells_are_found_there(simulated_cuda, case):
+    from autograder.kernel_gate import check_in_cells
+
+    check_in_cells(worker_source("k", HELPER_CELL, KERNEL_CELLS[case]), [HELPER_CELL, KERNEL_CELLS[case]])
+
+
+def test_a_function_built_with_exec_is_refused_whatever_linecache_says(simulated_cuda):
+    """The planted text is what inspect reads in the student's process; it is no `def` of any cell."""
+    from autograder.kernel_gate import RefusedSource, check_in_cells
+
+    shown = "def k(x):\n    x[0] = twice(x[0])\n"
+    cell = (f"import linecache\n_SHOWN = {shown!r}\nlinecache.cache['<k>'] = (len(_SHOWN), None, _SHOWN.splitlines(True), '<k>')\n"
+            "exec(compile(_SHOWN.replace('twice(x[0])', '0.0'), '<k>', 'exec'))\nk = cuda.jit(k)\n")
+    source = worker_source("k", HELPER_CELL, cell)
+    assert "twice(x[0])" in source.text  # graded on the planted text, which never ran
+    with pytest.raises(RefusedSource, match=r"^k: its source is not in any cell of the notebook"):
+        check_in_cells(source, [HELPER_CELL, cell])
+    edited = KERNEL_CELLS["a kernel calling a device function of another cell"]
+    with pytest.raises(RefusedSource, match=r"^twice: its source is not in any cell"):  # a device function's text counts too
+        check_in_cells(worker_source("k", HELPER_CELL, edited), [HELPER_CELL.replace("2 * v", "3 * v"), edited])
