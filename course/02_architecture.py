@@ -419,6 +419,25 @@ for kernel in (count_plain, count_read_then_write, count_atomic):
 # The second version shows the lost updates deterministically, because the barrier makes every thread of a block read the same old value: 8 blocks count 8 in the simulator.
 # On a GPU the plain `+=` loses most increments too (run this notebook on a GPU to see it measured), and the atomic version is exact everywhere.
 #
+# The course's tracer does not wait for an unlucky interleaving.
+# `sim.trace()` records every access with its thread and the barriers the thread has passed, and calls two accesses to one word a *data race* when at least one of them writes, they are not both atomics, and nothing orders them (within a block a barrier between them would; between blocks nothing does).
+# Blocks are never ordered with each other inside a launch (the CUDA C++ Programming Guide, "Thread Hierarchy": thread blocks "are required to execute independently"), so a plain write to a word that another block also touches is a race whatever the simulator happened to compute.
+# The graded kernels are checked this way.
+
+# %%
+for kernel in (count_plain, count_atomic):
+    counter = np.zeros(1, dtype=np.int32)
+    with sim.trace() as t:
+        kernel[blocks, threads](counter)
+    if not t.available:
+        print(f"{kernel.__name__}: ran compiled on the GPU, which cannot be traced from Python")
+        continue
+    races = t.races()
+    example = f"; e.g. {races[0].describe()}" if races else ""
+    print(f"{kernel.__name__:<12}: {t.race_count()} data races found (traced in the simulator){example}")
+    assert (kernel is count_plain) == bool(races), "the plain += races, the atomic never does"
+
+# %% [markdown]
 # Atomics are correct but serialise the threads that hit the same address, so heavy contention on one counter is slow on a GPU.
 # A common use is counting: each thread that finds something adds one.
 # Here we count the elements above a threshold and check against numpy; the graded assignment extends the idea to a histogram.

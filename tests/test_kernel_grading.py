@@ -14,6 +14,17 @@ from course_helpers import one_class_per_module, reference_answered, source
 
 pytestmark = pytest.mark.slow
 
+HIST_HEAD = "@cuda.jit\ndef histogram_kernel(values, bins):\n    for i in range(cuda.grid(1), values.size, cuda.gridsize(1)):\n"
+
+
+def hist_switch(condition):
+    """A histogram that adds atomically where ``condition`` holds and with a plain read-modify-write elsewhere:
+    ``condition`` is something numba's simulator and a GPU compute differently (issue 47, hole 1)."""
+    return HIST_HEAD + (f"        if {condition}:\n            cuda.atomic.add(bins, values[i], 1)\n"
+                        "        else:\n            bins[values[i]] += 1\n")
+
+
+SHOWN_HISTOGRAM = HIST_HEAD + "        cuda.atomic.add(bins, values[i], 1)\n"
 VARIANTS_02 = {
     # A forward model of its own, searched down from the cap, that forgets to floor the warps the registers hold to a multiple of 4:
     # right whenever the blocks' warps are a multiple of 4 (every visible case), too generous otherwise.
@@ -57,7 +68,7 @@ VARIANTS_02 = {
     # No barrier between loading the block's values and adding them up: the simulator may still get the sums right
     # (the race is read from the barriers, whatever order the threads ran in), a GPU would not.
     "no_barrier": ("block_sum_kernel", lambda given: given.replace("    cuda.syncthreads()\n    step = SUM_BLOCK // 2", "    step = SUM_BLOCK // 2", 1),
-                   "test_block_sum", "shared-memory races"),
+                   "test_block_sum", "data races"),
     # A race the simulator hides: enough atomic additions are counted (on a bin's own value, adding 0), but the real
     # updates are plain read-modify-writes that lose counts on a GPU. The tracer tells atomics from plain writes.
     "atomics_elsewhere": ("histogram_kernel", (
@@ -70,6 +81,96 @@ VARIANTS_02 = {
         "@cuda.jit\ndef saxpy_kernel(a, x, y, out):\n    done = []\n"
         "    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):\n        out[i] = a * x[i] + y[i]\n        done.append(i)\n"
     ), "test_saxpy", "would not compile for a GPU"),
+    # Issue 47, races between blocks: each block's thread 0 also zeroes the next block's slot. The simulator runs the blocks
+    # in order, so the next block writes its sum afterwards and the sums come out right; on a GPU the blocks run in any order.
+    "zeroes_the_next_slot": ("block_sum_kernel", lambda given: given.replace(
+        "        partial[cuda.blockIdx.x] = values[0]\n",
+        "        partial[cuda.blockIdx.x] = values[0]\n        if cuda.blockIdx.x + 1 < partial.size:\n"
+        "            partial[cuda.blockIdx.x + 1] = 0.0\n", 1), "test_block_sum", "data races"),
+    # Issue 47, sizes a switch can pass: right only for grids of at most 4 blocks (every visible and formerly hidden launch).
+    "few_blocks_only": ("block_sum_kernel", lambda given: given.replace(
+        "    if t == 0:\n        partial[cuda.blockIdx.x]", "    if t == 0 and cuda.gridDim.x <= 4:\n        partial[cuda.blockIdx.x]", 1),
+        "test_block_sum", "block sums of"),
+    # Issue 47, hole 1 (the simulator and a GPU on different paths). A float rule numpy and numba round differently:
+    # float32 * int is float32 in numpy (0.3f == 0.3f), float64 in numba (0.30000000447 != 0.30000001192). The simulator
+    # takes the atomic path, the compiled code (folded at compile time) only has the plain one.
+    "float_rule_atomics": ("histogram_kernel", hist_switch("np.float32(0.1) * 3 == np.float32(0.3)"), "test_histogram",
+                           "the simulated launch made atomic updates, the code compiled for a GPU has none"),
+    # 64-bit wraparound: a Python int in the simulator, an int64 that overflows to a negative on a GPU. The size is only
+    # known at run time, so the compiled code keeps both paths: its plain stores are what no traced launch made.
+    "wraparound_switch": ("histogram_kernel", hist_switch("(values.size + 2**62) * 2 > 0"), "test_histogram",
+                          "the code compiled for a GPU has plain stores to global memory, its traced launches in this test made none"),
+    # Own (hole 1): the float rule with a factor known only at run time (3, from bins' length), which keeps both paths
+    # in the compiled code unless the compiler folds n // n; caught either way, by whichever direction applies.
+    "float_rule_both_paths": ("histogram_kernel", hist_switch("np.float32(0.1) * (bins.size // bins.size * 3) == np.float32(0.3)"),
+                              "test_histogram", "behaves differently in the simulator and compiled"),
+    # Reads numba's configuration: ENABLE_CUDASIM is 1 in the simulator, frozen at 0 in the compiled code.
+    "reads_cudasim_config": ("histogram_kernel", "import numba\n\n" + hist_switch("numba.config.ENABLE_CUDASIM"),
+                             "test_histogram", "reads numba's configuration"),
+    # The assignment's own flag, SIMULATED, read in the kernel: kernel_source would bake the student's True into the text.
+    "reads_simulated_flag": ("histogram_kernel", hist_switch("SIMULATED"), "test_histogram", "reads the device flag SIMULATED"),
+    # A name that only the simulator's stand-in for numba.cuda has.
+    "simulator_only_name": ("histogram_kernel", hist_switch("cuda.simulator_init is not None"), "test_histogram",
+                            "which only numba's simulator defines"),
+    # Issue 47, the kernel's text: built with exec, and linecache planted with the atomic version's text, so reading the
+    # source in the student's process shows what did not run. The grader takes text only from the notebook's cells.
+    "exec_linecache": ("histogram_kernel", (
+        "import linecache\n\n_RAN = " + repr(HIST_HEAD + "        bins[values[i]] += 1\n") + "\n_SHOWN = " + repr(SHOWN_HISTOGRAM) + "\n"
+        "linecache.cache['<histogram>'] = (len(_SHOWN), None, _SHOWN.splitlines(True), '<histogram>')\n"
+        "exec(compile(_RAN, '<histogram>', 'exec'), globals())\n"
+    ), "test_histogram", "its source is not in any cell of the notebook"),
+    # Own (the kernel's text): the kernel honestly defined with plain updates, then its cell's lines in linecache
+    # replaced by the atomic version's, line for line.
+    "cell_lines_replaced": ("histogram_kernel", (
+        "import linecache\n\n" + HIST_HEAD + "        bins[values[i]] += 1\n\n\n"
+        "_file = histogram_kernel.py_func.__code__.co_filename\n_lines = list(linecache.getlines(_file))\n"
+        "_first = histogram_kernel.py_func.__code__.co_firstlineno - 1\n"
+        "_lines[_first + 3] = '        cuda.atomic.add(bins, values[i], 1)\\n'\n"
+        "linecache.cache[_file] = (sum(map(len, _lines)), None, _lines, _file)\n"
+    ), "test_histogram", "its source is not in any cell of the notebook"),
+    # The setup's constant rebound in the answer cell: kernel_source would emit the student's value, the test's
+    # arithmetic (blocks, sums) uses the grader's.
+    "rebinds_setup_constant": ("block_sum_kernel", lambda given: "SUM_BLOCK = 32\n\n" + given, "test_block_sum",
+                               "uses SUM_BLOCK as your notebook rebinds it"),
+    # Issue 47, hole 2 (accesses the tracer did not see): thread 0 adds its block's values up with a slice's .sum() (numba
+    # compiles it to a loop); shared memory and a barrier for show. A slice's reads used to go unseen, and the sums are
+    # right; whole-array work is refused in a traced kernel now.
+    "slice_block_sum": ("block_sum_kernel", (
+        "@cuda.jit\ndef block_sum_kernel(x, partial):\n    values = cuda.shared.array(SUM_BLOCK, np.float64)\n"
+        "    t = cuda.threadIdx.x\n    values[t] = 0.0\n    cuda.syncthreads()\n    if t == 0:\n"
+        "        start = cuda.blockIdx.x * SUM_BLOCK\n        partial[cuda.blockIdx.x] = x[start:min(start + SUM_BLOCK, x.size)].sum()\n"
+    ), "test_block_sum", "element accesses only"),
+    # Own (hole 2): the histogram's updates made through one-element slices (`bins[v:v + 1] = bins[v] + 1`), which compile
+    # and lose counts on a GPU, beside atomics adding 0 for the count. The slice's store used to go unseen.
+    "slice_increments": ("histogram_kernel", HIST_HEAD + (
+        "        v = values[i]\n        cuda.atomic.add(bins, v, 0)\n        bins[v:v + 1] = bins[v] + 1\n"
+    ), "test_histogram", "plain writes to global memory"),
+    # A guard (refused before issue 47 too): whole-slice arithmetic, which the simulator would run as one numpy operation:
+    # refused by the compile step (numba compiles no in-place ufunc on a slice in a kernel) before the tracer's refusal.
+    "slice_arithmetic": ("block_sum_kernel", lambda given: given.replace(
+        "            values[t] += values[t + step]\n", "            values[t:t + 1] += values[t + step:t + step + 1]\n", 1),
+        "test_block_sum", "would not compile for a GPU"),
+    # Honest: an explicit signature in the decorator (the grader compiles with the launch's own types).
+    "explicit_signature": ("histogram_kernel", SHOWN_HISTOGRAM.replace("@cuda.jit\n", "@cuda.jit('void(int32[::1], int32[::1])')\n"),
+                           "test_histogram", None),
+    # Honest: the update in a device function of the same cell.
+    "device_function_same_cell": ("histogram_kernel", (
+        "@cuda.jit(device=True)\ndef count_one(bins, value):\n    cuda.atomic.add(bins, value, 1)\n\n\n"
+        + HIST_HEAD + "        count_one(bins, values[i])\n"), "test_histogram", None),
+    # Honest: the device function defined in another answer cell (saxpy's), used by the histogram.
+    "device_function_other_cell": (("saxpy_kernel", "histogram_kernel"), (
+        "@cuda.jit(device=True)\ndef count_one(bins, value):\n    cuda.atomic.add(bins, value, 1)\n\n\n"
+        "@cuda.jit\ndef saxpy_kernel(a, x, y, out):\n    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):\n"
+        "        out[i] = a * x[i] + y[i]\n",
+        HIST_HEAD + "        count_one(bins, values[i])\n"), ("test_saxpy", "test_histogram"), None),
+    # Honest: a block sum laid out differently (a for loop over the halvings, the load in two statements).
+    "relaid_block_sum": ("block_sum_kernel", (
+        "@cuda.jit\ndef block_sum_kernel(x, partial):\n    cache = cuda.shared.array(SUM_BLOCK, np.float64)\n"
+        "    lane = cuda.threadIdx.x\n    index = cuda.blockIdx.x * cuda.blockDim.x + lane\n    cache[lane] = 0.0\n"
+        "    if index < x.size:\n        cache[lane] = x[index]\n    cuda.syncthreads()\n"
+        "    half = SUM_BLOCK >> 1\n    while half:\n        if lane < half:\n"
+        "            cache[lane] = cache[lane] + cache[lane + half]\n        cuda.syncthreads()\n        half >>= 1\n"
+        "    if lane == 0:\n        partial[cuda.blockIdx.x] = cache[0]\n"), "test_block_sum", None),
     # Honest: the budget found by searching down from the cap with the lecture's calculator (the package used as a
     # building block); full marks on the register budget and on the launch choice that builds on it.
     "brute_force": ("register_budget", (
@@ -101,7 +202,7 @@ VARIANTS_03 = {
                          ("test_transpose_correct", "test_transpose_traced"), "cannot see as constant"),
     # No barrier between filling the tile and reading it transposed: a race, found in the trace whatever the output.
     "no_barrier": ("transpose_tiled", lambda given: given.replace("    cuda.syncthreads()\n", "", 1),
-                   "test_transpose_traced", "shared-memory races"),
+                   "test_transpose_traced", "data races"),
     # Behaves differently when watched: does nothing while a tracer is installed. Not CUDA: the grader refuses its
     # source (a module other than math/numpy/numba) before anything runs; the traced launch's output is checked too.
     "watched": ("transpose_tiled", lambda given: "import sys\n\n" + given.replace(
@@ -113,6 +214,49 @@ VARIANTS_03 = {
         "        row = cuda.blockIdx.y * TILE + cuda.threadIdx.y + k\n"
         "        if row < x.shape[0] and col < x.shape[1]:\n            out[col, row] = x[row, col]\n"
     ), "test_transpose_traced", "sectors for global stores"),
+    # Issue 47, sizes a switch can pass: tiled up to the largest size the tests used to trace (64 × 96), naive above it.
+    "tiles_only_when_small": ("transpose_tiled", lambda given: given.replace(
+        "    tile = cuda.shared.array(", "    if x.shape[0] > 96 or x.shape[1] > 96:\n        col = cuda.blockIdx.x * TILE + cuda.threadIdx.x\n"
+        "        for k in range(0, TILE, BLOCK_ROWS):\n            row = cuda.blockIdx.y * TILE + cuda.threadIdx.y + k\n"
+        "            if row < x.shape[0] and col < x.shape[1]:\n                out[col, row] = x[row, col]\n        return\n"
+        "    tile = cuda.shared.array(", 1), "test_transpose_traced", "sectors for global stores"),
+    # Issue 47, hole 2 (accesses the tracer did not see): the naive kernel's stores made through a one-element slice, and
+    # through `...` on a one-element view. Both compile; each element a slice touches is a traced access now.
+    "slice_store": ("transpose_tiled", TRANSPOSE_HEAD + (
+        "    col = cuda.blockIdx.x * TILE + cuda.threadIdx.x\n    for k in range(0, TILE, BLOCK_ROWS):\n"
+        "        row = cuda.blockIdx.y * TILE + cuda.threadIdx.y + k\n"
+        "        if row < x.shape[0] and col < x.shape[1]:\n            out[col, row:row + 1] = x[row, col]\n"
+    ), "test_transpose_traced", "sectors for global stores"),
+    "ellipsis_store": ("transpose_tiled", TRANSPOSE_HEAD + (
+        "    col = cuda.blockIdx.x * TILE + cuda.threadIdx.x\n    for k in range(0, TILE, BLOCK_ROWS):\n"
+        "        row = cuda.blockIdx.y * TILE + cuda.threadIdx.y + k\n"
+        "        if row < x.shape[0] and col < x.shape[1]:\n            cell = out[col:col + 1, row:row + 1]\n"
+        "            cell[...] = x[row, col]\n"
+    ), "test_transpose_traced", "sectors for global stores"),
+    # A guard (traced before issue 47 too): no tile; each thread writes out coalesced and reads x through a row view
+    # (`x[out_col]`, then an element of it), so the loads are 32 rows apart.
+    "loads_through_a_row_view": ("transpose_tiled", TRANSPOSE_HEAD + (
+        "    out_col = cuda.blockIdx.y * TILE + cuda.threadIdx.x\n    for k in range(0, TILE, BLOCK_ROWS):\n"
+        "        out_row = cuda.blockIdx.x * TILE + cuda.threadIdx.y + k\n"
+        "        if out_row < out.shape[0] and out_col < out.shape[1]:\n            source_row = x[out_col]\n"
+        "            out[out_row, out_col] = source_row[out_row]\n"
+    ), "test_transpose_traced", "sectors for global loads"),
+    # Own (hole 2): an unpadded tile allocated as int32 and reinterpreted with .view(np.float32): its accesses are traced.
+    "viewed_unpadded_tile": ("transpose_tiled", lambda given: given.replace(
+        "cuda.shared.array((TILE, TILE_PADDED), np.float32)", "cuda.shared.array((TILE, TILE), np.int32).view(np.float32)"),
+        "test_transpose_traced", "pad the tile"),
+    # Honest: the model answer computed by tracing a tiny kernel (the specs allow the package as a building block):
+    # each warp's sectors read off the trace of a block that does the reads.
+    "traced_model": ("sectors_per_warp", (
+        "@cuda.jit\ndef read_each(data, transposed, out):\n    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y\n"
+        "    if transposed:\n        out[ty, tx] = data[tx, ty]\n    else:\n        out[ty, tx] = data[ty, tx]\n\n\n"
+        "def sectors_per_warp(block_dim, width, transposed=False, element_bytes=4):\n    block_x, block_y = block_dim\n"
+        "    if width < (block_y if transposed else block_x):\n        raise ValueError('the array is too narrow for the block')\n"
+        "    data = np.zeros((max(block_dim), width), dtype=f'f{element_bytes}')\n"
+        "    out = np.zeros((block_y, block_x), dtype=data.dtype)\n"
+        "    with sim.trace() as trace:\n        read_each[1, block_dim](data, transposed, out)\n"
+        "    return [request.sectors for request in sorted(trace.requests('global', 'load'), key=lambda request: request.warp)]\n"
+    ), ("test_sectors_per_warp", "test_block_load_efficiency"), None),
     # Each row of the block taken for a warp: right for 32-wide blocks, wrong once a warp spans rows or half a row.
     "rows_as_warps": ("sectors_per_warp", (
         "def sectors_per_warp(block_dim, width, transposed=False, element_bytes=4):\n"
@@ -158,7 +302,7 @@ VARIANTS_04 = {
     ), "test_uniform_traced", "split their lanes"),
     # The tree without its barriers: each step reads words other threads write in the same step.
     "no_barrier": ("sum_kernel", lambda given: given.replace("        cuda.syncthreads()\n        step //= 2", "        step //= 2", 1),
-                   "test_sum_traced", "shared-memory races"),
+                   "test_sum_traced", "data races"),
     # Diluted: the divergent kernel behind uniform busywork (a loop every lane runs) lifts the SIMT efficiency,
     # a mean over every issued line, to 0.905; every warp still splits its lanes between the paths.
     "padded_divergent": ("activate_uniform", (
@@ -187,6 +331,51 @@ VARIANTS_04 = {
     # Strided index: threads stay together, but their words collide in the banks.
     "strided_index": ("sum_kernel", SUM_HEAD + "        index = 2 * step * t\n        if index < RED_BLOCK:\n"
                       "            s[index] += s[index + step]\n" + SUM_TAIL, "test_sum_traced", "bank conflicts"),
+    # Issue 47, races between blocks: each block's total added with a plain read-modify-write of out[0]. The simulator runs
+    # the blocks one after another, so the sum is right (test_sum_correct keeps its point); on a GPU blocks lose each other's.
+    "plain_add_per_block": ("sum_kernel", lambda given: given.replace("        cuda.atomic.add(out, 0, partial[0])", "        out[0] += partial[0]", 1),
+                            "test_sum_traced", "data races"),
+    # Issue 47, sizes a switch can pass: only the first 5 blocks add their totals (the most any launch used to have).
+    "few_blocks_only": ("sum_kernel", lambda given: given.replace(
+        "    if t == 0:\n        cuda.atomic.add", "    if t == 0 and cuda.blockIdx.x < 5:\n        cuda.atomic.add", 1),
+                        ("test_sum_correct", "test_sum_traced"), {"test_sum_correct": "the sum of", "test_sum_traced": "the traced sum"}),
+    # Issue 47, bounds from below: one thread adds everything up, no shared memory at all (it used to pass: the traced
+    # figures were only capped from above).
+    "serial_sum": ("sum_kernel", (
+        "@cuda.jit\ndef sum_kernel(x, out):\n    if cuda.grid(1) == 0:\n        total = np.float32(0)\n"
+        "        for i in range(x.size):\n            total += x[i]\n        cuda.atomic.add(out, 0, total)\n"
+    ), "test_sum_traced", "fewer than the"),
+    # The tree built (and its figures met) for show, while every thread adds its own values straight into out.
+    "tree_for_show": ("sum_kernel", lambda given: given.replace("        cuda.atomic.add(out, 0, partial[0])",
+                                                                "        cuda.atomic.add(out, 0, partial[0] * np.float32(0))", 1).replace(
+        "    partial[t] = total\n", "    partial[t] = total\n    cuda.atomic.add(out, 0, total)\n", 1),
+        "test_sum_traced", "atomic additions into out"),
+    # Issue 47, hole 1: the barriers kept only where the float rule says "simulator" (float32 * int: float32 in numpy,
+    # float64 in numba). Traced, the tree is race-free; compiled, the rule folds to False and no barrier is left.
+    "barriers_simulated_only": ("sum_kernel", lambda given: given.replace(
+        "    cuda.syncthreads()\n    step", "    if np.float32(0.1) * 3 == np.float32(0.3):\n        cuda.syncthreads()\n    step", 1).replace(
+        "        cuda.syncthreads()\n        step //= 2",
+        "        if np.float32(0.1) * 3 == np.float32(0.3):\n            cuda.syncthreads()\n        step //= 2", 1),
+        "test_sum_traced", "the simulated launch made barriers (cuda.syncthreads), the code compiled for a GPU has none"),
+    # Own (hole 1): the whole tree only where the rule says "simulator"; compiled, every thread adds its values into out
+    # with an atomic each. No shared memory is left in the compiled code.
+    "tree_simulated_only": ("sum_kernel", lambda given: given.replace(
+        "    partial[t] = total\n", "    if np.float32(0.1) * 3 != np.float32(0.3):\n        cuda.atomic.add(out, 0, total)\n"
+        "        return\n    partial[t] = total\n", 1),
+        "test_sum_traced", "behaves differently in the simulator and compiled"),
+    # Issue 47, hole 2: interleaved addressing behind a .view of the shared array (allocated as int32): traced all the same.
+    "viewed_interleaved": ("sum_kernel", SUM_HEAD.replace("cuda.shared.array(RED_BLOCK, np.float32)",
+                                                          "cuda.shared.array(RED_BLOCK, np.int32).view(np.float32)")
+                           + "        if t % (2 * step) == 0:\n            s[t] += s[t + step]\n" + SUM_TAIL,
+                           "test_sum_traced", "use sequential addressing"),
+    # Honest: the tree written in a device function that halves the active threads (a re-laid-out reduction).
+    "tree_in_device_function": ("sum_kernel", (
+        "@cuda.jit(device=True)\ndef fold(shared, lane):\n    width = RED_BLOCK\n    while width > 1:\n        width //= 2\n"
+        "        if lane < width:\n            shared[lane] += shared[lane + width]\n        cuda.syncthreads()\n\n\n"
+        "@cuda.jit\ndef sum_kernel(x, out):\n    shared = cuda.shared.array(RED_BLOCK, np.float32)\n    lane = cuda.threadIdx.x\n"
+        "    mine = np.float32(0)\n    start, stride = cuda.grid(1), cuda.gridsize(1)\n    for i in range(start, x.size, stride):\n"
+        "        mine += x[i]\n    shared[lane] = mine\n    cuda.syncthreads()\n    fold(shared, lane)\n"
+        "    if lane == 0:\n        cuda.atomic.add(out, 0, shared[0])\n"), ("test_sum_correct", "test_sum_traced"), None),
     # The branch model applied to a loop: each distinct trip count priced as a path of its own and summed, as if the
     # warp ran the lanes of each count one after the other, instead of masking finished lanes off until the longest ends.
     "sum_of_paths": ("loop_cycles", (

@@ -304,7 +304,8 @@ if kernels.gpu_or_explain("the warp-uniform kernel runs close to 2x faster: each
 # 4. thread 0 adds the block's total into `out[0]` with `cuda.atomic.add`.
 #
 # Sequential addressing keeps the working threads together (whole warps stay active until the last steps) and reads consecutive words (no bank conflicts).
-# Graded: the sum (1 point) and, in the simulator on 3000 elements in 4 blocks, the whole launch's shared-memory requests and wavefronts (a request costs as many wavefronts as its bank-conflict degree): at most 1.25 × those of the cheapest tree, 29 per block (every value stored once, each halving step's threads packed into as few warps as possible, the total read once) (2 points).
+# Graded: the sum, with any number of blocks (1 point); and, traced in the simulator on 3000 elements in 4 blocks and on a launch drawn when graded (more blocks), (2 points):
+# no data race (in shared memory, or in global memory between blocks); x read once; one atomic addition per block; and the whole launch's shared-memory requests and wavefronts (a request costs as many wavefronts as its bank-conflict degree) at most 1.25 × those of the cheapest tree, 29 per block (every value stored once, each halving step's threads packed into as few warps as possible, the total read once), with at least its requests: a sum without the tree gets no traced points.
 # Interleaved addressing (`t % (2·step) == 0`) makes about 2.5 times as many requests; the "strided index" variant (`index = 2·step·t`) as many requests as the cheapest tree, but about 2.5 times the wavefronts (bank conflicts). Totals: extra work never lowers them.
 # About 16 lines.
 
@@ -354,37 +355,62 @@ check_sum(1, 3)
 check_sum(129, 1)
 check_sum(2500, 2)
 check_sum(97, 5)
+import random  # noqa: E402  (hidden: drawn when graded, so no answer can know the sizes)
+
+draw = random.SystemRandom()
+many_blocks = draw.randint(6, 48)
+check_sum(draw.randint(many_blocks * RED_BLOCK + 1, 3 * many_blocks * RED_BLOCK), many_blocks)  # every block has elements
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade_id": "test_sum_traced", "grade": true, "points": 2}
-"""Traced in the simulator: sum_kernel has no shared-memory race, and its tree makes no more requests and wavefronts than the cheapest tree."""
+"""Traced in the simulator: sum_kernel has no data race, reads x once, adds each block's total with one atomic, and its
+tree makes at least the cheapest tree's shared-memory requests and at most 1.25 times its requests and wavefronts."""
 MARGIN = 1.25  # allowed above the cheapest tree's figures
-x = rng.standard_normal(3000).astype(np.float32)
-out = np.zeros(1, np.float32)
-with sim.trace() as t:
-    sum_kernel[4, RED_BLOCK](x, out)
-if t.available:  # a race may still give the right sum in the simulator: it is read from the barriers instead
-    assert not t.races(), f"{t.race_count()} shared-memory races, e.g. {t.races()[0].describe()}: a barrier (cuda.syncthreads) must separate one thread's writes from other threads' reads and writes"
-check.assert_close(out, np.array([x.astype(np.float64).sum()], dtype=np.float32), rtol=1e-4, atol=1e-3, name="the traced sum")
 
 
 def cheapest_tree_requests(blocks):
     """Shared-memory requests of a tree over RED_BLOCK values at its cheapest: every value stored once,
     each halving step's active threads packed into as few warps as possible (two loads and one store
-    each), the block's total read once. Totals, so extra work never helps."""
+    each), the block's total read once. Totals, so extra work never helps, and less means no tree."""
     halvings = [RED_BLOCK >> k for k in range(1, RED_BLOCK.bit_length())]  # 64, 32, ..., 1 threads
     return blocks * (RED_BLOCK // 32 + sum(3 * -(-active // 32) for active in halvings) + 1)
 
 
-if not t.available:
-    # A kernel compiled for this GPU cannot be traced; the grader traces it in the simulator on every machine.
-    print("traced counts need numba's simulator: the grader traces your kernel there")
-else:
-    least, requests, wavefronts = cheapest_tree_requests(4), len(t.requests("shared")), t.wavefronts()
-    print(f"{requests} shared-memory requests, {wavefronts} wavefronts; the cheapest tree: {least} of each "
-          f"(SIMT efficiency {t.simt_efficiency():.0%}; modelled from the trace)")
+def check_traced_sum(n, blocks):
+    x = rng.standard_normal(n).astype(np.float32)
+    out = np.zeros(1, np.float32)
+    with sim.trace() as t:
+        sum_kernel[blocks, RED_BLOCK](x, out)
+    check.assert_race_free(t, name=f"the sum of {n} elements with {blocks} blocks")  # read from the trace, never from the sum
+    check.assert_close(out, np.array([x.astype(np.float64).sum()], dtype=np.float32), rtol=1e-4, atol=1e-3, name="the traced sum")
+    if not t.available:
+        return False
+    least, requests, wavefronts = cheapest_tree_requests(blocks), len(t.requests("shared")), t.wavefronts()
+    print(f"{n} elements, {blocks} blocks: {requests} shared-memory requests, {wavefronts} wavefronts; the cheapest tree: "
+          f"{least} of each (SIMT efficiency {t.simt_efficiency():.0%}; modelled from the trace)")
+    assert requests >= least, (f"{requests} shared-memory requests, fewer than the {least} a tree over each block's "
+                               f"{RED_BLOCK} values needs: add them up in a shared-memory tree (step 3)")
     assert requests <= MARGIN * least, f"{requests} shared-memory requests, need at most {MARGIN} × {least}: use sequential addressing"
     assert wavefronts <= MARGIN * least, f"{wavefronts} wavefronts for {requests} requests, need at most {MARGIN} × {least}: bank conflicts"
+    atomics = sum(len(request.lanes) for request in t.requests("global", "atomic"))
+    assert atomics == blocks, f"{atomics} atomic additions into out for {blocks} blocks: thread 0 of each block adds its block's total once (step 4)"
+    loaded, least_loaded = t.sectors(kind="load"), -(-n * 4 // 32)  # every element of x read once, 8 floats per sector
+    assert loaded <= MARGIN * least_loaded, f"{loaded} sectors of x loaded, need at most {MARGIN} × {least_loaded}: read each element once, coalesced"
+    return True
+
+
+if not check_traced_sum(3000, 4):
+    # A kernel compiled for this GPU cannot be traced; the grader traces it in the simulator on every machine.
+    print("traced counts need numba's simulator: the grader traces your kernel there")
+### BEGIN HIDDEN TESTS
+else:
+    import random
+
+    # Drawn when graded: more blocks than any visible launch, a length that leaves some threads one element and others two.
+    draw = random.SystemRandom()
+    traced_blocks = draw.randint(6, 12)
+    check_traced_sum(draw.randint(traced_blocks * RED_BLOCK + 1, 2 * traced_blocks * RED_BLOCK - 1), traced_blocks)
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Question 5: branch-free code on the CPU (3 points)
