@@ -64,7 +64,7 @@ def test_a_sandboxed_worker_compiles_warm_and_cannot_change_the_shared_headers(t
         "fused = torch.compile(lambda x: torch.sin(x) * 2 + 1)\n\n"
         "def attempts():\n"
         "    x = torch.randn(64)\n"
-        "    assert torch.allclose(fused(x), torch.sin(x) * 2 + 1)\n"
+        "    assert torch.allclose(fused(x), torch.sin(x) * 2 + 1, atol=1e-6)  # vectorised sin may differ by an ulp\n"
         "    folder = codecache._HEADER_DIR\n"
         "    headers = sorted(name for name in os.listdir(folder) if name.endswith('.gch'))\n"
         "    outcomes = []\n"
@@ -113,7 +113,7 @@ def test_a_notebook_kernel_compiles_warm_in_the_default_cache(tmp_path, monkeypa
     assert sorted(headers) == sorted(path.name for path in (seed / compile_seed.HEADERS).glob("*.h*")) != []
     compile_seed.warm_default_cache()  # once: an existing cache is left as it is
     compiled = ("import torch\nfused = torch.compile(lambda x: torch.cos(x) * 3)\nx = torch.randn(32)\n"
-                "assert torch.allclose(fused(x), torch.cos(x) * 3)\n")
+                "assert torch.allclose(fused(x), torch.cos(x) * 3, atol=1e-6)\n")
     subprocess.run([sys.executable, "-c", compiled], check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     after = {path.name: path.stat().st_mtime_ns for path in (default / compile_seed.HEADERS).glob("*.h*")}
     assert after == headers, "it built headers of its own"
