@@ -4,7 +4,8 @@
   become the ``.ipynb`` beside them: no outputs, deterministic cell ids, complete nbgrader
   metadata (sources may give only the keys that matter; the rest is filled in here).
 * ``solutions/NN_topic/`` becomes ``assignments/NN_topic/`` through nbgrader's
-  ``generate_assignment`` (solutions and hidden tests stripped).
+  ``generate_assignment`` (solutions and hidden tests stripped); each stub it leaves then names
+  what is missing and its question (:func:`name_stubs`).
 
 Running it twice changes nothing. Usage: ``python -m autograder.build [--root DIR]``.
 """
@@ -21,7 +22,7 @@ import jupytext
 import nbformat
 
 from .nbgrader_cli import NbgraderError, run_nbgrader
-from .skeleton import GRADER_SIDE, REQUIRES_GPU, defined_names, free_names, is_solution, is_test
+from .skeleton import GRADER_SIDE, REQUIRES_GPU, _question, defined_names, free_names, is_solution, is_test
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NBFORMAT_MINOR = 5
@@ -42,6 +43,9 @@ KNOWN_TAGS = {
 }
 # Notebook-level metadata key that names the source a generated notebook is built from.
 GENERATED_KEY = "gpucourse"
+# The line nbgrader puts where each solution block was (nbgrader_config.py: ClearSolutions.code_stub, after its comment).
+STUB_RAISE = 'raise NotImplementedError("replace this line with your solution")'
+SOLUTION_BLOCK = re.compile(r"^([ \t]*)### BEGIN SOLUTION.*?^[ \t]*### END SOLUTION[^\n]*$", re.M | re.S)
 
 
 class BuildError(RuntimeError):
@@ -116,6 +120,7 @@ def notebook_from_source(source: Path, root: Path | None = None) -> nbformat.Not
             cell.outputs = []
             cell.execution_count = None
     check_grader_side(notebook, source)
+    check_answer_stubs(notebook, source)
     origin = {"source": course_path(source, root), "generated": "do not edit: run make build"}
     notebook.metadata = nbformat.from_dict({**NOTEBOOK_METADATA, GENERATED_KEY: origin})
     notebook.nbformat, notebook.nbformat_minor = 4, NBFORMAT_MINOR
@@ -182,6 +187,91 @@ def check_grader_side(notebook, source: Path) -> None:
         if used:
             raise BuildError(f"{source}, cell {index + 1}: the answer uses {', '.join(used)}, which a {GRADER_SIDE!r} cell defines "
                              f"(cell {grader_side[used[0]]}): graded, it would not exist where the answer runs")
+
+
+def released_code(code: str) -> str:
+    """An answer cell's code as nbgrader releases it: each solution block replaced by :data:`STUB_RAISE`, indented as the block."""
+    return SOLUTION_BLOCK.sub(lambda block: block.group(1) + STUB_RAISE, code)
+
+
+def check_answer_stubs(notebook, source: Path) -> None:
+    """Released, every answer cell still defines what the other cells use, as functions (or classes) whose stub raises
+    when called, naming the question (:func:`name_stubs`): the def (or class) line lies outside the solution blocks,
+    and each block either lies in a function's body or is a whole top-level part of the cell (helpers, constants, a
+    decorator the student chooses), which is released as nothing.
+
+    Released as a bare top-level ``raise``, a block would stop the cell before it defined anything, and every test
+    that uses it would fail with a ``NameError`` instead of the stub's message.
+    """
+    read = {name for cell in notebook.cells if cell.cell_type == "code" and not is_solution(cell) for name in free_names(cell.source)}
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type != "code" or not is_solution(cell) or "### BEGIN SOLUTION" not in cell.source:
+            continue
+        where = f"{source}, cell {index + 1} (answer {cell.metadata['nbgrader']['grade_id']!r})"
+        released = released_code(cell.source)
+        try:
+            stubs = stub_owners(released)
+        except SyntaxError as error:
+            raise BuildError(f"{where}: released, the cell is not valid Python (line {error.lineno}: {error.msg})") from None
+        stray = [line for line, owner in stubs.items() if owner is STRAY]
+        if stray:
+            raise BuildError(f"{where}: the solution block released as line {stray[0]} lies in a class body or a top-level "
+                             "if/for/with, where its stub would raise when the cell runs: put it in a function's body, or make it "
+                             "a whole top-level part of the cell")
+        missing = [name for name in defined_names(cell.source) if name in read and name not in defined_names(released)]
+        if missing:
+            raise BuildError(f"{where}: released, the cell would not define {', '.join(missing)}, which the other cells use: "
+                             "keep each such def (or class) line outside the solution blocks, with a block in its body, so that "
+                             "the release defines it and raises NotImplementedError, naming the question, when it is called")
+
+
+STRAY = "stray"  # a stub neither in a function's body nor a whole top-level statement (stub_owners)
+
+
+def stub_owners(code: str) -> dict[int, str | None]:
+    """{line of each :data:`STUB_RAISE` in ``code``: the top-level function or class whose code it lies in; None for
+    a stub that is a whole top-level statement; :data:`STRAY` for one elsewhere (a class body, a top-level if)}."""
+    tree = ast.parse(code)
+    owners: dict[int, str | None] = {}
+    for node in tree.body:
+        functions = [inner for inner in ast.walk(node) if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Raise) and ast.get_source_segment(code, inner) == STUB_RAISE:
+                inside = any(function.body[0].lineno <= inner.lineno <= function.end_lineno for function in functions)
+                owners[inner.lineno] = node.name if inside else (None if inner is node else STRAY)
+    return owners
+
+
+def stub_message(name: str, question: str | None) -> str:
+    """What an untouched answer raises: what to write, its question, and what to do."""
+    return f"{name} is not written yet{f' ({question})' if question else ''}: replace this line with your solution"
+
+
+def name_stubs(notebook: nbformat.NotebookNode) -> None:
+    """Finish the stubs nbgrader left in a release's answer cells: each in a function's body names what it stands for
+    and its question, ``raise NotImplementedError("DigitsCNN is not written yet (Question 3): replace this line with
+    your solution")``; each top-level one (a block of helpers, constants or a decorator) goes, with its
+    ``# YOUR CODE HERE``. The cell's nbgrader checksum is then that of the cell as released."""
+    from nbgrader.utils import compute_checksum
+
+    question = None
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            question = _question(cell.source, question)
+        if cell.cell_type != "code" or not is_solution(cell):
+            continue
+        lines = cell.source.split("\n")
+        for line, name in stub_owners(cell.source).items():
+            if name is None:
+                lines[line - 1] = None
+                if line >= 2 and lines[line - 2] == "# YOUR CODE HERE":
+                    lines[line - 2] = None
+            else:
+                lines[line - 1] = lines[line - 1].replace(STUB_RAISE, f'raise NotImplementedError("{stub_message(name, question and question[0])}")')
+        released = re.sub(r"\n{4,}", "\n\n\n", "\n".join(line for line in lines if line is not None)).strip("\n")
+        if released != cell.source:
+            cell.source = released
+            cell.metadata["nbgrader"]["checksum"] = compute_checksum(cell)
 
 
 def check_speed_items(cell, where: str) -> None:
@@ -316,6 +406,7 @@ def _mark_generated(root: Path, assignment: str, release: Path) -> None:
     for notebook_path in release.glob("*.ipynb"):
         # nbgrader writes with its own formatting; keep the repository's one format.
         notebook = nbformat.read(notebook_path, as_version=4)
+        name_stubs(notebook)
         # Students get this file: the note is metadata (invisible in Jupyter) and addresses staff.
         source = course_path(root / "solutions" / assignment / f"{notebook_path.stem}.py", root)
         notebook.metadata[GENERATED_KEY] = {

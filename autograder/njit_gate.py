@@ -30,7 +30,8 @@ _IMPORTS = {"numpy": "numpy", "numba": "numba", "math": "math", "numba.njit": "n
 _NUMPY_FUNCTIONS = frozenset({"zeros", "empty", "ones", "full", "zeros_like", "empty_like", "ones_like", "full_like",
                               "ascontiguousarray", "float32", "float64", "int32", "int64", "intp", "minimum", "maximum"})
 _ARRAY_ATTRIBUTES = frozenset({"shape", "dtype", "ndim", "size", "T", "copy", "fill", "reshape", "ravel", "astype", "transpose"})
-_BUILTINS = frozenset({"range", "min", "max", "len", "abs", "int", "float", "bool", "divmod", "ValueError", "IndexError"})
+_BUILTINS = frozenset({"range", "min", "max", "len", "abs", "int", "float", "bool", "divmod", "ValueError", "IndexError",
+                       "NotImplementedError"})  # the last: a release's stub (autograder.build.name_stubs)
 _NJIT_OPTIONS = {"fastmath": bool, "boundscheck": bool, "nogil": bool, "error_model": str}
 
 

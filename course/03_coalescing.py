@@ -288,19 +288,7 @@ else:
 # The sweep runs three times and keeps, for each stride, the fastest of its three median times: the one least disturbed by other work on the machine.
 
 # %%
-def cache_line_bytes():
-    """The CPU's cache-line size as the operating system reports it (Linux, macOS), or None."""
-    try:
-        return int(Path("/sys/devices/system/cpu/cpu0/cache/index0/coherency_line_size").read_text())
-    except (OSError, ValueError):
-        pass
-    try:
-        return int(subprocess.run(["sysctl", "-n", "hw.cachelinesize"], capture_output=True, text=True).stdout)
-    except (OSError, ValueError):
-        return None
-
-
-line_bytes = cache_line_bytes()
+line_bytes = gpucourse.devices.cache_line_bytes()
 line_label = "reported by the operating system" if line_bytes else "assumed"
 line_bytes = line_bytes or 64
 CPU_STRIDES = (1, 2, 4, 8, 16, 32, 64, 128)

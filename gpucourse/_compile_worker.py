@@ -190,7 +190,9 @@ def _assemble(ptx: str, ptxas: str, cc) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Triton kernels: ``{"language": "triton", "source", "filename", "kernel", "cc", "signature":
 # {"args": [argument, ...], "kwargs": {name: argument}}}``, an argument being {"type": "*fp32"} (a
-# tensor) or {"type": "i32", "value": 3} (a number). Answer as above, with "num_warps" and "shared".
+# tensor, "aligned": its address a multiple of 16) or {"type": "i32", "value": 3} (a number), and
+# optional "options" ({"num_warps", "num_stages"}) for triton.compile. Answer as above, with "num_warps",
+# "num_stages" and "shared".
 
 TRITON_INSTALL = "pip install triton  (Linux x86-64 wheels only)"
 
@@ -210,24 +212,31 @@ def answer_triton(request: dict) -> dict:
         return {"status": "error", "kind": "refused", "message": refused[1], "line": refused[0]}
     kernel = namespace[request["kernel"]]
     try:
-        signature, constexprs = _triton_signature(kernel, request["signature"])
+        signature, constexprs, attrs = _triton_signature(kernel, request["signature"])
     except TypeError as error:
         return {"status": "error", "kind": "launch", "message": str(error), "line": None}
     major, minor = request["cc"]
     with tempfile.TemporaryDirectory(prefix="gpucourse-triton-") as cache:
         os.environ["TRITON_CACHE_DIR"] = cache  # nothing kept between kernels, nor shared with anyone
         try:
-            compiled = triton.compile(ASTSource(kernel, signature, constexprs=constexprs), target=GPUTarget("cuda", 10 * major + minor, 32))
+            compiled = triton.compile(ASTSource(kernel, signature, constexprs=constexprs, attrs=attrs),
+                                      target=GPUTarget("cuda", 10 * major + minor, 32), options=request.get("options"))
         except Exception as error:  # noqa: BLE001 - any compile failure is an answer, not a crash
             return {"status": "error", "kind": type(error).__name__, "message": str(error),
                     "line": _triton_error_line(error, request["source"])}
     ptx = compiled.asm["ptx"]
     answer = _assemble(ptx, triton.knobs.nvidia.ptxas.path, request["cc"])
-    return {**answer, "num_warps": int(compiled.metadata.num_warps), "shared": int(compiled.metadata.shared)}
+    return {**answer, "num_warps": int(compiled.metadata.num_warps), "num_stages": int(compiled.metadata.num_stages),
+            "shared": int(compiled.metadata.shared)}
 
 
-def _triton_signature(kernel, descriptor: dict) -> tuple[dict, dict]:
-    """Triton's signature ({parameter: "*fp32" | "i32" | "constexpr"}) and constexprs for these launch arguments."""
+def _triton_signature(kernel, descriptor: dict) -> tuple[dict, dict, dict]:
+    """Triton's signature ({parameter: "*fp32" | "i32" | "constexpr"}), constexprs and attrs for these launch arguments.
+
+    Specialized as a launch specializes them (triton/runtime/jit.py, ``specialize_impl``): an integer
+    equal to 1 becomes a constant, and an integer or a tensor's address that is a multiple of 16 is
+    marked so (``tt.divisibility``), which is what lets Triton vectorize loads and pipeline them.
+    """
     params = kernel.params
     if len(descriptor["args"]) > len(params):
         raise TypeError(f"{kernel.__name__} takes {len(params)} arguments but the launch passed {len(descriptor['args'])}")
@@ -239,16 +248,22 @@ def _triton_signature(kernel, descriptor: dict) -> tuple[dict, dict]:
     missing = [param.name for param in params if param.name not in given]
     if missing:
         raise TypeError(f"{kernel.__name__} is missing the argument(s) {', '.join(missing)} at the launch")
-    signature, constexprs = {}, {}
-    for param in params:
+    signature, constexprs, attrs = {}, {}, {}
+    for index, param in enumerate(params):
         argument = given[param.name]
+        integer = argument["type"] in ("i32", "i64")
         if param.is_constexpr:
             if "value" not in argument:
                 raise TypeError(f"{param.name} is a tl.constexpr: pass a number, not a tensor")
             signature[param.name], constexprs[param.name] = "constexpr", argument["value"]
+        elif integer and argument["value"] == 1 and not param.do_not_specialize:
+            signature[param.name], constexprs[param.name] = "constexpr", 1
         else:
             signature[param.name] = argument["type"]
-    return signature, constexprs
+            divisible = argument.get("aligned") or (integer and argument["value"] % 16 == 0)
+            if divisible and not param.do_not_specialize and not param.do_not_specialize_on_alignment:
+                attrs[(index,)] = [["tt.divisibility", 16]]
+    return signature, constexprs, attrs
 
 
 def _triton_reach(source: str, namespace: dict) -> tuple[int, str] | None:

@@ -3,15 +3,24 @@
 A student reading ``AssertionError: pairwise_sq_dists: expected shape (64, 128), got (128, 64)``
 knows what to fix; one reading ``AssertionError`` alone does not. Speed checks report the
 measured ratio against the required one, for the device class they ran on.
+
+Imported in a notebook's kernel (IPython), this module also shortens the tracebacks a student reads: an error
+that passes through the course's own packages (``gpucourse``, ``autograder``) is shown without their frames,
+from the test cell's line to the student's own line (:func:`show_without_course_frames`).
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
+import inspect
 import linecache
 import math
+import os
+import sys
 import time
+import types
 
 import numpy as np
 import torch
@@ -180,6 +189,30 @@ def assert_float32_only(kernel, *args, gpu: str = "A100", name: str | None = Non
                              "Write float32 constants (np.float32(0.5), as a module constant) so the arithmetic stays float32.")
 
 
+def written(kernel):
+    """``kernel`` (what ``@triton.jit`` or numba's ``@njit`` returns), unless it is still its release's stub, whose body
+    only raises ``NotImplementedError("...")``: then that error, raised by the stub's own line (its Python function is
+    called), before Triton or numba compiles it. Compiled, a stub would fail in Triton's terms instead (its compiler
+    knows no ``raise``: no ``visit_Raise`` in triton/compiler/code_generator.py; its interpreter wraps the error in an
+    ``InterpreterError``: triton/runtime/interpreter.py, ``GridExecutor.__call__``), or cost numba a compilation.
+    Anything else (a grader's stand-in, a function whose source is not at hand) is returned as it is."""
+    function = getattr(kernel, "fn", None) or getattr(kernel, "py_func", None) or kernel
+    try:
+        [definition] = ast.parse(inspect.getsource(function).strip()).body
+        parameters = inspect.signature(function).parameters.values()
+    except (OSError, TypeError, SyntaxError, ValueError):
+        return kernel
+    body = list(getattr(definition, "body", []))
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        body = body[1:]  # the docstring
+    call = body[0].exc if len(body) == 1 and isinstance(body[0], ast.Raise) else None
+    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "NotImplementedError"
+            and len(call.args) == 1 and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)):
+        required = [p for p in parameters if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        function(*[None] * len(required))  # the stub raises at once: nothing else runs
+    return kernel
+
+
 def counted_call(fn, *args, counter, top_level: bool = False, eager: bool = False):
     """``(fn(*args), {ATen op: calls})``: what one call returns and the ops it runs.
 
@@ -258,6 +291,7 @@ def njit_only(fn):
     py_func = getattr(fn, "py_func", None)
     if py_func is None:
         raise AssertionError(f"{name} is not compiled with numba's @njit: put @njit on the line above its def")
+    written(fn)  # an untouched answer: its stub's message, without a compilation
     cell = _cell_source(py_func, name)
     if not cell:
         return fn
@@ -330,6 +364,7 @@ def mma_calls(fn, a, b) -> int:
     trusted = getattr(fn, "mma_calls", None)
     if trusted is not None:
         return trusted(a, b)
+    written(fn)  # an untouched answer: its stub's message, without a compilation
     from .intrinsics import check_log, logged_call, new_key
 
     key = new_key()
@@ -421,3 +456,68 @@ def answers_only(fn, *names: str, seconds: float | None = None, gated: bool = Fa
         return result
 
     return timed
+
+
+# --- The tracebacks a student reads ----------------------------------------------------------------
+
+# Where the course's own code lives: a frame in these folders is the course's machinery, not the student's code.
+COURSE_FOLDERS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), package) + os.sep
+                       for package in ("gpucourse", "autograder"))
+# Set (to anything but "" or "0") to see every frame, the course's included: for whoever debugs the course itself.
+FULL_TRACEBACKS_ENV = "GPUCOURSE_FULL_TRACEBACKS"
+
+
+def in_course(filename: str) -> bool:
+    """Whether ``filename`` (a code object's) is a file of the course's packages."""
+    return os.path.abspath(filename).startswith(COURSE_FOLDERS)
+
+
+def without_course_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """The traceback ``tb`` less its entries in the course's packages (None when nothing else is left)."""
+    kept = []
+    while tb is not None:
+        if not in_course(tb.tb_frame.f_code.co_filename):
+            kept.append(tb)
+        tb = tb.tb_next
+    shortened = None
+    for entry in reversed(kept):
+        shortened = types.TracebackType(shortened, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return shortened
+
+
+def show_without_course_frames(shell, etype, value, tb, tb_offset=None):
+    """IPython's custom exception handler (``InteractiveShell.set_custom_exc``): show the error as IPython does, less
+    the frames in the course's packages, in the error and in the errors chained to it.
+
+    A failed check then reads as the test cell's line and the check's message; a stub as the test cell's line, the
+    answer's ``raise`` line and its message. IPython's own ``__tracebackhide__`` cannot do this: it always shows the
+    frame that raised (IPython/core/ultratb.py, ``VerboseTB.format_exception_as_a_whole``), and would need a line in
+    every function on the way.
+    """
+    chained, seen = [value], set()
+    while chained:
+        error = chained.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        error.__traceback__ = without_course_frames(tb if error is value else error.__traceback__)
+        chained += [error.__cause__, error.__context__]
+    shell.showtraceback((etype, value, value.__traceback__), tb_offset=tb_offset, running_compiled_code=True)
+
+
+def hide_course_frames_in_ipython() -> bool:
+    """In an IPython kernel, show every error without the course's frames (:func:`show_without_course_frames`);
+    True when installed. Nothing happens outside IPython (a grader's worker), under ``GPUCOURSE_FULL_TRACEBACKS``,
+    or where another custom exception handler is already installed."""
+    ipython = sys.modules.get("IPython")  # not imported here: a kernel has already imported it
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    if shell is None or os.environ.get(FULL_TRACEBACKS_ENV, "") not in ("", "0"):
+        return False
+    if shell.custom_exceptions and getattr(shell, "_gpucourse_handler", None) is not getattr(shell, "CustomTB", None):
+        return False
+    shell.set_custom_exc((Exception,), show_without_course_frames)
+    shell._gpucourse_handler = shell.CustomTB
+    return True
+
+
+hide_course_frames_in_ipython()

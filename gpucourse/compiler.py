@@ -165,6 +165,8 @@ def _toolkit_ptxas() -> list[str]:
 def _compile(request: dict, timeout: float) -> dict:
     """The child's answer to ``request``, from the cache when the same kernel was compiled before."""
     what = {name: request[name] for name in ("source", "kernel", "signature", "cc", "ptxas")}
+    if "options" in request:  # a Triton kernel's num_warps and num_stages
+        what["options"] = request["options"]
     key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
     if key not in _answers:
         answer = _kept_answer(key)

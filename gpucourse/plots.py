@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, MultipleLocator, NullFormatter
 from matplotlib.transforms import offset_copy
+
+from .wording import binary_bytes  # lectures write plots.binary_bytes; it lives with the other words for numbers
 
 # The smallest font a label may have at the size JupyterLab shows a figure (1:1 up to ~960 px wide).
 MIN_LABEL_POINTS = 8
@@ -39,7 +41,9 @@ def roofline(
     ax.axvline(ridge, color=line.get_color(), alpha=0.3, linestyle=":")
     for name, intensity, flops in points:
         ax.plot([intensity], [flops], "o", color=line.get_color())
-        ax.annotate(name, (intensity, flops), textcoords="offset points", xytext=(5, -12), fontsize=8)
+        ax.annotate(name, (intensity, flops), textcoords="offset points", xytext=(5, -12), fontsize=MIN_LABEL_POINTS)
+    if points:  # the label under the lowest point needs about a tenth of the axes' height below it, or the x axis cuts it
+        ax.set_ymargin(max(ax.get_ymargin(), 0.12))
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("attainable FLOP/s")
     ax.grid(True, which="both", alpha=0.3)
@@ -92,7 +96,9 @@ def versus_size(
     if sizes.shape != values.shape:
         raise ValueError(f"sizes and values differ in shape: {sizes.shape} vs {values.shape}")
     (line,) = ax.plot(sizes, values, color=color, label=f"{label} ({kind})", **_LINE_STYLE[kind])
+    earlier = ax.xaxis.get_major_locator()  # set_xscale replaces it: keep the sizes of the series drawn before
     ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(_SizeLocator(set(sizes) | (earlier.sizes if isinstance(earlier, _SizeLocator) else set())))
     ax.xaxis.set_major_formatter(PLAIN_NUMBERS)  # 1024 and 16.8M, not 2^10 or 0.168 ×1e8
     if logy:
         readable_log_axis(ax, "y")
@@ -121,12 +127,60 @@ PLAIN_NUMBERS = FuncFormatter(lambda value, _: plain_number(value))
 class _ReadableLogLocator(LogLocator):
     """Log ticks that always label at least two values: every decade when the view spans two
     decades or more; 1, 2 and 5 times each decade when it spans less (where plain decades would
-    give a single label, or none)."""
+    give a single label, or none). Where more than half a decade at either end of the view has no
+    decade in it (points at 0.16 and 0.33 below a first label of 1), 2 and 5 times the decade label it
+    too, where their labels have room."""
 
     def tick_values(self, vmin, vmax):
         low, high = sorted((max(vmin, 1e-300), max(vmax, 1e-300)))
         self.set_params(subs=(1.0,) if np.log10(high / low) >= 2 else (1.0, 2.0, 5.0))
-        return super().tick_values(vmin, vmax)
+        ticks = super().tick_values(vmin, vmax)
+        shown = ticks[(ticks >= low) & (ticks <= high)]
+        if np.log10(high / low) < 2 or not len(shown) or self.axis is None:
+            return ticks
+        powers = range(int(np.floor(np.log10(low))), int(np.ceil(np.log10(high))) + 1)
+        steps = [step * 10.0**power for power in powers for step in (2, 5)]
+        below = [step for step in steps if low <= step < shown[0]] if np.log10(shown[0] / low) > 0.5 else []
+        above = [step for step in steps if shown[-1] < step <= high] if np.log10(high / shown[-1]) > 0.5 else []
+        # the step farthest from the decade labelled first: it labels the most of the bare stretch
+        return np.union1d(ticks, _labels_with_room(self.axis, list(shown), below + above[::-1], low, high))
+
+
+class _SizeLocator(LogLocator):
+    """Powers of two, where a log2 axis puts its ticks, and the ``sizes`` plotted between them (384 between 256 and 512)
+    where their labels have room beside the labels already there."""
+
+    def __init__(self, sizes):
+        super().__init__(base=2)
+        self.sizes = {float(size) for size in sizes if size > 0}
+
+    def tick_values(self, vmin, vmax):
+        ticks = super().tick_values(vmin, vmax)
+        low, high = sorted((vmin, vmax))
+        between = sorted(size for size in self.sizes if low <= size <= high and not np.isclose(ticks, size).any())
+        if not between or self.axis is None or low <= 0:
+            return ticks
+        return np.union1d(ticks, _labels_with_room(self.axis, [tick for tick in ticks if low <= tick <= high], between, low, high))
+
+
+def _labels_with_room(axis, kept, candidates, low: float, high: float) -> list:
+    """``kept`` ticks of a log ``axis`` viewed from ``low`` to ``high``, and each of ``candidates`` in turn whose label, as the
+    axis writes it, stays clear of the labels kept (side by side on an x axis, one above the other on a y axis)."""
+    import matplotlib
+    from matplotlib.font_manager import FontProperties
+
+    ax, name = axis.axes, axis.axis_name
+    length = (ax.bbox.width if name == "x" else ax.bbox.height) * 72 / ax.get_figure().dpi  # in points, as drawn
+    font = FontProperties(size=matplotlib.rcParams[f"{name}tick.labelsize"]).get_size_in_points()
+
+    def extent(value):  # along the axis, in points, with air either side
+        return _text_points(axis.get_major_formatter()(value, None), font) if name == "x" else 1.4 * font
+
+    kept = list(kept)
+    for value in candidates:
+        if all(abs(np.log(value / other)) / np.log(high / low) * length >= (extent(value) + extent(other)) / 2 for other in kept):
+            kept.append(value)
+    return kept
 
 
 def readable_log_axis(ax, which: str = "y") -> None:
@@ -136,6 +190,17 @@ def readable_log_axis(ax, which: str = "y") -> None:
     axis = getattr(ax, f"{which}axis")
     axis.set_major_locator(_ReadableLogLocator())
     axis.set_major_formatter(PLAIN_NUMBERS)
+    axis.set_minor_formatter(NullFormatter())
+
+
+BINARY_BYTES = FuncFormatter(lambda value, _: binary_bytes(value))
+
+
+def bytes_axis(ax, which: str = "x") -> None:
+    """Label ``ax``'s x or y axis (``which``) in binary byte units, every tick alike (64 KiB, 1 MiB, 256 MiB, never
+    65536 beside 262k). Call it once the series are drawn: :func:`versus_size` sets plain numbers on its x axis."""
+    axis = getattr(ax, f"{which}axis")
+    axis.set_major_formatter(BINARY_BYTES)
     axis.set_minor_formatter(NullFormatter())
 
 
@@ -453,10 +518,13 @@ def timeline(ax, timeline, *, title: str | None = None, label: str = "modelled f
              measured_label: str = "measured"):
     """A Gantt chart of a :class:`gpucourse.sim.streams.Timeline`: a row per engine, a bar per operation.
 
-    Bars run from each operation's start to its end (in ms), coloured by kind and carrying the
-    operation's label where it fits. Vertical lines mark the makespan and the ideal bound (the
-    busiest engine's total time); each race is a red cross on the operation that raced, and the
-    title counts them. ``label`` says where the timeline comes from ("modelled for T4").
+    Bars run from each operation's start to its end (in ms), coloured by kind. Every bar is named: inside it
+    where its label fits, else by a shorter form of the label (the buffer numbers: "0→8" for "pinned 0 → dev 8"),
+    else under it, in a lane below the row's bars, where neighbours too narrow for their names share one range
+    ("in0…in7": those bars, left to right). Vertical lines mark the makespan and the ideal bound (the
+    busiest engine's total time), drawn behind the bars and the names, so no name is crossed out; each race is a
+    red cross just inside the start of the operation that raced (clear of the row names), a name on a bar moves
+    clear of it, and the title counts them. ``label`` says where the timeline comes from ("modelled for T4").
 
     measured: optional ``[(label, engine, start_s, end_s), …]`` timed on a GPU (CUDA events); then
     ``ax`` is a pair of axes, the model drawn on the first and the measurement on the second, on
@@ -471,23 +539,51 @@ def timeline(ax, timeline, *, title: str | None = None, label: str = "modelled f
     races = _race_summary(timeline.races)
     model_ax.set_title(f"{title}\n{heading}{races}" if title else heading + races, fontsize=9)
     end = max([timeline.makespan] + [stop for *_, stop in (measured or [])])
-    drawn = _gantt(model_ax, bars, end)
-    model_ax.axvline(timeline.makespan * 1e3, color="black", lw=1.2, label="makespan")
-    model_ax.axvline(timeline.ideal_seconds * 1e3, color="0.4", lw=1.2, linestyle="--", label="ideal bound (busiest engine)")
-    raced = {race.operation for race in timeline.races}
-    spots = [(start * 1e3, _row_y(bars, engine)) for name, engine, _, start, stop in bars if name in raced]  # where it starts too early
-    if spots:
-        model_ax.plot(*zip(*spots), linestyle="none", marker="X", markersize=10, color="red", markeredgecolor="white",
-                      label="race: nothing orders it", clip_on=False)  # at time 0 it would be half hidden
+    legend = ["makespan", "ideal bound (busiest engine)"] + (["race: nothing orders it"] if timeline.races else [])
+    _bound_line(model_ax, timeline.makespan, color="black", label="makespan")
+    _bound_line(model_ax, timeline.ideal_seconds, color="0.4", linestyle="--", label="ideal bound (busiest engine)")
+    drawn = _gantt(model_ax, bars, end, legend, raced={race.operation for race in timeline.races})
     _timeline_legend(model_ax, bars)
     if measured is not None:
         measured_bars = [(name, engine, _KIND_OF_ENGINE.get(engine, "copy"), start, stop) for name, engine, start, stop in measured]
-        _gantt(axes[1], measured_bars, end)
         span = max((stop for *_, stop in measured), default=0.0)
-        axes[1].axvline(span * 1e3, color="black", lw=1.2, label="makespan")
+        _bound_line(axes[1], span, color="black", label="makespan")
+        _gantt(axes[1], measured_bars, end, ["makespan"])
         axes[1].set_title(f"makespan {span * 1e3:.3g} ms ({measured_label})", fontsize=9)
         _timeline_legend(axes[1], measured_bars)
     return drawn
+
+
+_RACE_MARK_POINTS = 10
+_RACE_MARK_SHIFT = _RACE_MARK_POINTS / 2 + 2  # the cross's centre right of its bar's start: clear of the row names
+_BEHIND_BARS = 0.9  # the zorder of the vertical lines: under the bars (1) and the names (3)
+_LANE_POINTS = 1.3 * MIN_LABEL_POINTS  # one line of names under a row's bars
+_MAX_LANES = 2
+
+
+def _bound_line(ax, seconds: float, **style):
+    """A vertical line at ``seconds`` (makespan, ideal bound), behind the bars; names under the bars hide it with their
+    white background, so it never runs through a name."""
+    return ax.axvline(seconds * 1e3, lw=1.2, zorder=_BEHIND_BARS, **style)
+
+
+def _clear_of_marks(start: float, stop: float, marks, ms_per_point: float) -> tuple[float, float, float]:
+    """The widest stretch of the bar from ``start`` to ``stop`` (ms) that no race cross covers, the crosses being drawn
+    at ``marks`` (their bars' starts, ms, on the same row). Returns (centre in ms, shift in points, width in points): a name
+    centred at the centre, moved right by the shift, and no wider than the width clears every cross. Each boundary is a
+    time plus a shift in points, so the stretch stays clear however wide the axes are drawn."""
+    half = _RACE_MARK_POINTS / 2 + 1.5  # the cross's half-width, its white edge and a point of air
+    crosses = sorted((mark, _RACE_MARK_SHIFT - half, _RACE_MARK_SHIFT + half) for mark in marks)
+
+    def points(ms, shift):  # from the bar's start, as the axes will be at least as wide as ms_per_point says
+        return (ms - start) / ms_per_point + shift
+
+    width = points(stop, 0)
+    crosses = [(mark, left, right) for mark, left, right in crosses if points(mark, right) > 0 and points(mark, left) < width]
+    lefts = [(start, 0.0)] + [(mark, right) for mark, _, right in crosses]
+    rights = [(mark, left) for mark, left, _ in crosses] + [(stop, 0.0)]
+    (a, p), (b, q) = max(zip(lefts, rights), key=lambda gap: points(*gap[1]) - points(*gap[0]))
+    return (a + b) / 2, (p + q) / 2, points(b, q) - points(a, p)
 
 
 def _race_summary(races) -> str:
@@ -503,32 +599,189 @@ def _engine_rows(bars) -> list[str]:
     return [engine for engine in _ENGINE_ROWS if engine in present] + sorted(present - set(_ENGINE_ROWS))
 
 
-def _row_y(bars, engine) -> float:
-    rows = _engine_rows(bars)
-    return len(rows) - 1 - rows.index(engine) + 0.5
+def _text_points(text: str, fontsize: float = MIN_LABEL_POINTS) -> float:
+    """How wide ``text`` is at ``fontsize``, in points (from the font's glyphs), plus 2 points each side."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    return TextToPath().get_text_width_height_descent(text, FontProperties(size=fontsize), ismath=False)[0] + 4
 
 
-def _gantt(ax, bars, end_seconds: float):
-    """One row per engine, one bar per (label, engine, kind, start, end); returns the bars drawn."""
+def _width_after_layout(ax, row_names, legend_labels) -> float:
+    """The axes' width in points once ``tight_layout`` has made room for the row names on the left and the legend
+    beside it (the figure's width, less both and the margins), or its width now if that is less: names placed for
+    it stay apart however the figure is laid out."""
+    import matplotlib
+    from matplotlib.font_manager import FontProperties
+
+    fig = ax.get_figure()
+    tick_points = FontProperties(size=matplotlib.rcParams["ytick.labelsize"]).get_size_in_points()
+    names = max((_text_points(name, tick_points) for name in row_names), default=0.0) + 8  # + tick and its pad
+    legend = max((_text_points(label) for label in legend_labels), default=0.0) + 34  # + handle, pads, border
+    return min(ax.get_position().width * fig.get_figwidth() * 72, fig.get_figwidth() * 72 - names - legend - 36)
+
+
+def short_name(label: str) -> str:
+    """An operation's label in fewer characters: the words before each number dropped, and the spaces around
+    an arrow ("pinned 0 → dev 8" → "0→8", "squash → dev 9" → "squash→9"); a label without them is kept."""
+    import re
+
+    return re.sub(r"\s*→\s*", "→", re.sub(r"[^\W\d]+ (?=\d)", "", label))
+
+
+def _lane_names(spans, lanes: int, ms_per_point: float, x_max: float) -> list[tuple[str, float, int, list[str]]]:
+    """Names for bars too narrow to carry one: ``spans``, [(start_ms, stop_ms, label)] in time order, one row's.
+
+    Each name is centred under its bar (kept inside 0..``x_max``) in the first of ``lanes`` lanes where it clears
+    the names already there; a name that fits no lane joins the group before it, which is then named by its
+    first and last labels ("in0…in3"). Returns [(text, centre_ms, lane, labels named)].
+    """
+    groups = [[span] for span in spans]
+    while True:
+        placed, reach = [], [-np.inf] * lanes
+        for index, group in enumerate(groups):
+            first, last = short_name(group[0][2]), short_name(group[-1][2])
+            text = first if len(group) == 1 else f"{first}…{last}"
+            width = _text_points(text) * ms_per_point
+            left = min(max((group[0][0] + group[-1][1]) / 2 - width / 2, 0.0), max(x_max - width, 0.0))
+            lane = next((k for k in range(lanes) if left >= reach[k]), None)
+            if lane is None:  # never the first group: every lane is free for it
+                groups[index - 1:index + 1] = [groups[index - 1] + group]
+                break
+            reach[lane] = left + width
+            placed.append((text, left + width / 2, lane, [label for *_, label in group]))
+        else:
+            return placed
+
+
+def _gantt(ax, bars, end_seconds: float, legend_labels=(), raced=frozenset()):
+    """One row per engine, one bar per (label, engine, kind, start, end), each named (see :func:`timeline`);
+    ``legend_labels``, the lines the legend beside the axes will list, tell how much room the legend takes; the bars
+    labelled in ``raced`` get a red cross, which no name covers. Returns the bars drawn, in the order given."""
     rows = _engine_rows(bars)
+    fig = ax.get_figure()
     # Panels sharing the time axis: never shrink it below what a panel drawn earlier needs.
     drawn_before = [other.get_xlim()[1] for other in ax.get_shared_x_axes().get_siblings(ax) if other is not ax and other.patches]
     ax.set_xlim(0, max([max(end_seconds, 1e-12) * 1e3 * 1.02] + drawn_before))
     ax.set_ylim(0, max(len(rows), 1))
     ax.set_yticks([len(rows) - 1 - index + 0.5 for index in range(len(rows))], [_ENGINE_ROWS.get(row, row) for row in rows])
     ax.set_xlabel("time (ms)")
-    ms_per_point = (ax.get_xlim()[1] - ax.get_xlim()[0]) / (ax.get_position().width * ax.get_figure().get_figwidth() * 72)
+    x_max = ax.get_xlim()[1]
+    kinds = [_KIND_STYLE[kind][1] for kind in dict.fromkeys(kind for _, _, kind, *_ in bars)]
+    row_names = [_ENGINE_ROWS.get(row, row) for row in rows]
+    ms_per_point = (x_max - ax.get_xlim()[0]) / _width_after_layout(ax, row_names, kinds + list(legend_labels))
+    row_points = ax.get_position().height * fig.get_figheight() * 72 / max(len(rows), 1)
+    lane_height = _LANE_POINTS / row_points  # in rows
+    lanes_allowed = max(1, min(_MAX_LANES, int(0.45 / lane_height)))  # a bar keeps at least a third of its row
+    slots, stacked = _stack_slots(bars)
+    # A stacked bar's height with the most lanes of names under its row: a name drawn in it must fit that.
+    slot_points = {row: (0.8 - lanes_allowed * lane_height) * row_points / count for row, count in stacked.items()}
+    inside, under = {}, {}
+    for row in rows:
+        spans = sorted((start * 1e3, stop * 1e3, name) for name, engine, _, start, stop in bars if engine == row)
+        narrow, marks = [], [start for start, _, name in spans if name in raced]  # every slot's: a cross may overhang its own
+        for start, stop, name in spans:
+            tall = stacked[row] == 1 or slot_points[row] >= _SLOT_TEXT_POINTS
+            centre, shift, room = _clear_of_marks(start, stop, marks, ms_per_point)
+            fits = [text for text in (name, short_name(name)) if tall and room >= _text_points(text)]
+            if fits:
+                inside[(row, name, start)] = (fits[0], centre, shift)
+            else:
+                narrow.append((start, stop, name))
+        under[row] = _lane_names(narrow, lanes_allowed, ms_per_point, x_max) if narrow else []
+    lanes = max((lane + 1 for names in under.values() for _, _, lane, _ in names), default=0)
+    floor = 0.1 + lanes * lane_height  # the bars sit above the lanes of names
     drawn = []
-    for name, engine, kind, start, stop in bars:
-        y = len(rows) - 1 - rows.index(engine)
-        colour = _KIND_STYLE[kind][0]
-        drawn.append(ax.add_patch(_box(start * 1e3, y + 0.1, (stop - start) * 1e3, 0.8, colour, edge="white")))
-        width_points = (stop - start) * 1e3 / ms_per_point
-        if width_points >= len(name) * 0.62 * MIN_LABEL_POINTS + 4:  # the label fits inside its bar
-            ax.text((start + stop) / 2 * 1e3, y + 0.5, name, ha="center", va="center", fontsize=MIN_LABEL_POINTS, color="white",
-                    clip_on=True)
+    for (name, engine, kind, start, stop), slot in zip(bars, slots):
+        height = (0.9 - floor) / stacked[engine]  # operations running at once on one engine share its row, one above the other
+        bottom = len(rows) - 1 - rows.index(engine) + floor + (stacked[engine] - 1 - slot) * height
+        drawn.append(ax.add_patch(_box(start * 1e3, bottom, (stop - start) * 1e3, height, _KIND_STYLE[kind][0], edge="white")))
+        if (engine, name, start * 1e3) in inside:
+            text, centre, shift = inside[engine, name, start * 1e3]
+            moved = offset_copy(ax.transData, fig=fig, x=shift, units="points")
+            ax.text(centre, bottom + height / 2, text, ha="center", va="center", fontsize=MIN_LABEL_POINTS, color="white",
+                    clip_on=True, transform=moved)
+    for row, names in under.items():
+        y = len(rows) - 1 - rows.index(row)
+        for text, centre, lane, _ in names:  # on white, which hides the makespan and ideal-bound lines behind the name
+            ax.text(centre, y + 0.1 + (lanes - lane - 0.5) * lane_height, text, ha="center", va="center", fontsize=MIN_LABEL_POINTS,
+                    color="0.15", clip_on=False, bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.3})
+    spots = [(bar.get_x(), bar.get_y() + bar.get_height() / 2, bar.get_height()) for (name, *_), bar in zip(bars, drawn) if name in raced]
+    if spots:  # where it starts too early; a cross as tall as the thinnest raced bar at most, so it stays off the names under it
+        size = max(4.0, min(_RACE_MARK_POINTS, min(height for *_, height in spots) * row_points - 1.5))
+        marked = offset_copy(ax.transData, fig=fig, x=_RACE_MARK_SHIFT, units="points")
+        ax.plot([x for x, *_ in spots], [y for _, y, _ in spots], linestyle="none", marker="X", markersize=size, color="red",
+                markeredgecolor="white", label="race: nothing orders it", transform=marked, clip_on=False)
     ax.grid(True, axis="x", alpha=0.3)
     return drawn
+
+
+_SLOT_TEXT_POINTS = 1.2 * MIN_LABEL_POINTS  # a stacked bar tall enough for a name inside it
+_FOOTPRINT_DASHES = ("-", (0, (5, 2)), (0, (1, 1.5)), "-.")
+_FOOTPRINT_LABEL_CHARACTERS = 30  # a legend line beside a strip no wider than the timeline's legend
+
+
+def _stack_slots(bars) -> tuple[list[int], dict[str, int]]:
+    """For each bar, its slot in its engine's row: bars that overlap in time (kernels running at once) get different
+    slots, each the lowest one free when it starts; a bar starting as another ends may take its slot. Returns the
+    slots, in the order of ``bars``, and the number of slots each row needs (1 where nothing overlaps)."""
+    slots, stacked = [0] * len(bars), {}
+    for row in {engine for _, engine, *_ in bars}:
+        ends: list[float] = []  # per slot, when its last bar ends
+        for index in sorted((i for i, bar in enumerate(bars) if bar[1] == row), key=lambda i: (bars[i][3], bars[i][4])):
+            start, stop = bars[index][3], bars[index][4]
+            free = next((slot for slot, end in enumerate(ends) if end <= start + 1e-12 * max(1.0, abs(start))), len(ends))
+            if free == len(ends):
+                ends.append(stop)
+            else:
+                ends[free] = stop
+            slots[index] = free
+        stacked[row] = max(len(ends), 1)
+    return slots, stacked
+
+
+def footprint(ax, timeline, *, label: str = "modelled for T4", title: str | None = None, end: float | None = None,
+              top: float | None = None):
+    """The device memory of a :class:`gpucourse.sim.streams.Timeline` over time, on the time axis of :func:`timeline` (ms),
+    in binary units: the bytes the caching allocator holds (``timeline.memory``: the footprint on the device, a filled
+    step line) and the bytes of buffers not yet released (``timeline.memory_in_use``, dashed), the peak in the title.
+    ``timeline`` may also be ``{name: Timeline}``: then one line per timeline, the bytes its allocator holds, named with
+    its peak in the legend, so the footprints of several versions of a job compare on one strip.
+    Draw it on axes below a timeline's, with ``sharex``. Lines run to ``end`` seconds (default: the longest makespan);
+    ``top`` (bytes) fixes the axis height. Returns the peak (a dict of peaks for a dict)."""
+    named = timeline if isinstance(timeline, dict) else None
+    runs = named or {None: timeline}
+    stop = max([max(t.makespan for t in runs.values()) if end is None else end] + [time for t in runs.values() for time, _ in t.memory])
+    peaks = {name: t.peak_device_bytes for name, t in runs.items()}
+
+    def draw(steps, **style):
+        times = [time * 1e3 for time, _ in steps] + [stop * 1e3]
+        values = [value for _, value in steps] + [steps[-1][1] if steps else 0]
+        ax.step(times, values, where="post", **style)
+        return times, values
+
+    if named is None:
+        times, values = draw(timeline.memory, color="C4", lw=1.5, label="held by the allocator")
+        ax.fill_between(times, values, step="post", color="C4", alpha=0.15, lw=0)
+        draw(timeline.memory_in_use, color="0.25", lw=1.0, linestyle="--", label="in live buffers")
+        heading = f"device memory: peak {binary_bytes(peaks[None])} held by the allocator ({label})"
+    else:
+        import textwrap
+
+        for index, (name, run) in enumerate(named.items()):  # dashes of their own, so equal footprints stay visible
+            draw(run.memory, color=f"C{(index + 4) % 10}", lw=2.2 - 0.4 * (index % 3), linestyle=_FOOTPRINT_DASHES[index % len(_FOOTPRINT_DASHES)],
+                 label="\n".join(textwrap.wrap(f"{name}: peak " + binary_bytes(peaks[name]).replace(" ", "\u00a0"), _FOOTPRINT_LABEL_CHARACTERS)))
+        heading = f"device memory held by the allocator ({label})"
+    height = max(top or max(peaks.values()), 1) * 1.3
+    ax.set_ylim(0, height)
+    ax.yaxis.set_major_locator(MultipleLocator(2 ** int(np.ceil(np.log2(height / 4)))))  # a power of two: 0, 16, 32 MiB
+    bytes_axis(ax, "y")
+    ax.tick_params(axis="y", labelsize=MIN_LABEL_POINTS)
+    ax.set_xlabel("time (ms)")
+    ax.grid(True, alpha=0.3)
+    ax.set_title(f"{title}: {heading}" if title else heading, fontsize=9)
+    ax.legend(fontsize=MIN_LABEL_POINTS, loc="center left", bbox_to_anchor=(1.005, 0.5), frameon=False)
+    return peaks if named is not None else peaks[None]
 
 
 def _timeline_legend(ax, bars):
@@ -667,14 +920,20 @@ def unrolled_recurrence(ax, steps: int = 5):
     return arrows
 
 
-def training_curves(ax_loss, ax_accuracy, history, *, label: str, unit: str = "epoch"):
-    """Loss and test accuracy per ``unit`` (an epoch, a step) from ``history``, a list of (epoch, loss, accuracy);
-    ``label`` says where it ran. ``ax_accuracy`` None: the loss alone (a language model has no accuracy to show).
-    A loss may be a dict of named losses (a GAN's {"D": 1.3, "G": 0.8}): one curve each, with a legend, on a linear
-    axis (two players' losses hover in a band instead of falling over decades)."""
+def training_curves(ax_loss, ax_accuracy, history, *, label: str, unit: str = "epoch", total: int | None = None):
+    """Loss and test accuracy per ``unit`` (an epoch, a step) from ``history``, a list of (epoch, loss, accuracy).
+    ``ax_accuracy`` None: the loss alone (a language model has no accuracy to show).
+
+    Each panel's title says what it shows and when, short enough to stay over its panel ("test accuracy 91.0% after
+    epoch 3 of 20"); ``label``, where it ran, is the figure's title, once for all its panels. ``total``, the number of
+    ``unit``s the run will have, is counted in the titles (as a progress bar counts it) and fixes the x axis to the
+    whole run, so the curves fill the panel as the run goes. A loss may be a dict of named losses (a GAN's
+    {"D": 1.3, "G": 0.8}): one curve each, with a legend, on a linear axis (two players' losses hover in a band
+    instead of falling over decades); a single loss is drawn on a log axis labelled with plain numbers."""
     if not history:
         raise ValueError(f"no {unit}s to draw yet")
     epochs, losses, accuracies = zip(*history)
+    when = f"after {unit} {epochs[-1]}" + ("" if total is None else f" of {total}")
     if isinstance(losses[-1], dict):
         names = list(losses[-1])
         for name in names:
@@ -683,21 +942,22 @@ def training_curves(ax_loss, ax_accuracy, history, *, label: str, unit: str = "e
         last = ", ".join(f"{name} {losses[-1][name]:.3g}" for name in names)
     else:
         ax_loss.plot(epochs, losses, marker="o", markersize=3)
+        readable_log_axis(ax_loss, "y")
         last = f"{losses[-1]:.3g}"
-    ax_loss.set_xlabel(unit)
-    ax_loss.set_ylabel("training loss")
-    ax_loss.set_yscale("linear" if isinstance(losses[-1], dict) else "log")
+    ax_loss.set_ylabel("loss" if isinstance(losses[-1], dict) else "training loss")  # named curves may include a held-out one
+    ax_loss.set_title(f"loss {last} {when}", fontsize=9)
     axes = [ax_loss]
-    if ax_accuracy is None:
-        ax_loss.set_title(f"loss {last} after {unit} {epochs[-1]} ({label})", fontsize=9)
-    else:
+    if ax_accuracy is not None:
         ax_accuracy.plot(epochs, [100 * a for a in accuracies], marker="o", markersize=3, color="tab:green")
-        ax_accuracy.set_xlabel(unit)
         ax_accuracy.set_ylabel("test accuracy (%)")
-        ax_accuracy.set_title(f"{accuracies[-1]:.1%} after {unit} {epochs[-1]} ({label})", fontsize=9)
+        ax_accuracy.set_title(f"test accuracy {accuracies[-1]:.1%} {when}", fontsize=9)
         axes.append(ax_accuracy)
     for ax in axes:
+        ax.set_xlabel(unit)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if total is not None:
+            ax.set_xlim(0, total * 1.02)
+    ax_loss.get_figure().suptitle(label, fontsize=9)
 
 
 def _as_array(values) -> np.ndarray:

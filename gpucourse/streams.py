@@ -9,6 +9,13 @@ Write a pipeline once with these calls::
     done = streams.Event(); done.record(s); other.wait_event(done)
     streams.synchronize()                         # the host waits for everything
 
+Memory, for pipelines that keep a bounded number of buffers on the device::
+
+    x = streams.to_device(chunk, stream=s, out=x)  # copy into the device buffer x again (reuse)
+    y = streams.launch(fn, x, stream=s, out=y)    # fn's result written into y
+    streams.release(x)                            # x's block back to the caching allocator (``del x`` on a GPU)
+    streams.record_stream(y, other)               # Tensor.record_stream: y's block waits for other's work when released
+
 * On a GPU (``streams.cuda_backend()``, the default when CUDA is present) each call is the torch
   call it names: ``torch.cuda.Stream``, ``Tensor.to("cuda", non_blocking=True)``, events, pinned
   buffers.
@@ -27,6 +34,18 @@ Streams and events are the model's own: each is a token the run hands out, and t
 the timeline is one the model chose (your name for it when no other stream or event has it: a label,
 never which stream it is). A stream or event built by hand, kept from another run or named after
 another is refused, and the host is not a stream at all (:mod:`gpucourse.sim.streams`).
+
+``streams.Stream(priority=p)`` is ``torch.cuda.Stream(priority=p)``: lower numbers are higher priorities, 0 the
+default. torch hands its streams out round-robin from a pool of 32 per priority level (``kStreamsPerPool`` in
+``c10/cuda/CUDAStream.cpp``; 4 levels at most, ``max_compile_time_stream_priorities`` in ``CUDAStream.h``, a
+priority beyond them mapped to the nearest), so in the model too the 33rd ``Stream()`` of a priority *is* the
+first: the same stream in the timeline, whose work runs in order with the first's.
+
+Device memory follows PyTorch's caching allocator (:mod:`gpucourse.sim.streams`): ``to_device`` and ``launch``
+allocate their result on the stream they run on, unless given ``out=`` (a buffer to write into again). The model
+cannot see your references, so a buffer stays allocated until ``streams.release`` (on a GPU, a tensor's memory
+goes back to the allocator when its last reference is dropped: ``release`` drops the front end's, ``del`` yours).
+The timeline's ``memory`` and ``peak_device_bytes`` give the footprint.
 
 The model also keeps where each buffer came from (its ``origin``: which host buffer was copied
 in, which function computed on which device buffers, what was copied out), so a test can check
@@ -49,7 +68,9 @@ from .sim.streams import Schedule, Timeline
 RESERVED_NAMES = ("", "host")  # no stream shows as the host in a timeline (the model's host is not a stream: it has no name)
 
 __all__ = ["Event", "Handle", "HostBuffer", "Kernel", "ModelRun", "RemoteBackend", "Stream", "cuda_backend", "kernel", "launch", "modelled", "pinned",
-           "synchronize", "to_device", "to_host", "value"]
+           "record_stream", "release", "synchronize", "to_device", "to_host", "value"]
+STREAMS_PER_POOL = 32  # c10/cuda/CUDAStream.cpp: kStreamsPerPool
+PRIORITY_LEVELS = 4  # c10/cuda/CUDAStream.h: max_compile_time_stream_priorities (0, -1, -2, -3)
 
 
 # -- what the model computes with ----------------------------------------------------------------
@@ -69,11 +90,13 @@ class HostBuffer:
 @dataclass(eq=False)
 class DeviceBuffer:
     """A device tensor in the model (its value computed at once on the CPU); ``origin`` is
-    ``("copied in", host buffer's name)`` or ``("computed", fn, (each argument's origin, ...))``."""
+    ``("copied in", host buffer's name)`` or ``("computed", fn, (each argument's origin, ...))``, of what
+    was written into it last. ``released``: given back to the allocator (``streams.release``), unusable since."""
 
     tensor: torch.Tensor
     name: str
     origin: tuple
+    released: bool = False
 
 
 @dataclass(eq=False)
@@ -109,13 +132,17 @@ def kernel(fn, *, seconds: float | None = None, flops: float | None = None, per_
 class ModelBackend:
     """Does each call's tensor work on the CPU and records it into a :class:`Schedule`."""
 
-    def __init__(self, gpu: str = "T4", *, copy_engines: int | None = None, issue_seconds: float = 0.0):
+    def __init__(self, gpu: str = "T4", *, copy_engines: int | None = None, issue_seconds: float = 0.0, **options):
         self.spec = gpu_specs.gpu(gpu)
-        self.schedule = Schedule.for_gpu(gpu, copy_engines=copy_engines, issue_seconds=issue_seconds)
+        self.schedule = Schedule.for_gpu(gpu, copy_engines=copy_engines, issue_seconds=issue_seconds, **options)
         self._names = itertools.count()
         self._taken = set(RESERVED_NAMES)
         self._issued: dict[int, _Token] = {}  # id -> token, for every stream and event this run handed out
+        self._pools: dict[int, list] = {}  # priority level -> the streams handed out, torch's pool of STREAMS_PER_POOL
+        self._handed: dict[int, int] = {}  # priority level -> how many Stream() calls it answered
+        self._making_default = True
         self.default_stream = Stream("default", backend=self)
+        self._making_default = False
 
     def _name(self, prefix: str) -> str:
         return f"{prefix}{next(self._names)}"
@@ -142,8 +169,20 @@ class ModelBackend:
                             f"another run or named after another is not one), got {type(value).__name__}")
         return token.name
 
-    def new_stream(self, name):
-        return self._issue(name, "stream")
+    def new_stream(self, name, priority: int = 0):
+        """A stream of torch's pool: the (32 k + 1)-th of a priority level is the first again (same name, same token)."""
+        level = _priority_level(priority)
+        if self._making_default:  # the default stream is no stream of the pool
+            return self._issue(name, "stream")
+        pool = self._pools.setdefault(level, [])
+        turn = self._handed.get(level, 0)
+        self._handed[level] = turn + 1
+        if turn >= STREAMS_PER_POOL:
+            return pool[turn % STREAMS_PER_POOL]
+        unique, token = self._issue(name, "stream")
+        self.schedule.stream(unique, priority=-level)
+        pool.append((unique, token))
+        return unique, token
 
     def new_event(self, name):
         return self._issue(name, "event")
@@ -152,15 +191,17 @@ class ModelBackend:
         host = _host_tensor(tensor, "pinned")
         return HostBuffer(host.clone(), True, self._name("pinned "))
 
-    def to_device(self, host, stream: Stream) -> DeviceBuffer:
+    def to_device(self, host, stream: Stream, out=None) -> DeviceBuffer:
+        stream_name = self._own(stream, "stream")
         if not isinstance(host, HostBuffer):
             host = HostBuffer(_host_tensor(host, "to_device"), False, self._name("host "))
-        device = DeviceBuffer(host.tensor.clone(), self._name("dev "), ("copied in", host.name))
-        self.schedule.h2d(f"{host.name} → {device.name}", self._own(stream, "stream"), nbytes=host.tensor.nbytes, pinned=host.pinned,
+        origin = ("copied in", host.name)
+        device = self._written(out, host.tensor.clone(), origin, stream_name, "to_device")
+        self.schedule.h2d(f"{host.name} → {device.name}", stream_name, nbytes=host.tensor.nbytes, pinned=host.pinned,
                           buffer=device.name, source=host.name)
         return device
 
-    def launch(self, fn, args, stream: Stream) -> DeviceBuffer:
+    def launch(self, fn, args, stream: Stream, out=None) -> DeviceBuffer:
         work = fn if isinstance(fn, Kernel) else Kernel(fn)
         if not callable(work.fn):  # e.g. streams.kernel around a function the grader handed over: its time is the grader's
             raise TypeError(f"launch runs a function (or a streams.kernel of one), got {type(work.fn).__name__}: "
@@ -169,20 +210,48 @@ class ModelBackend:
         for arg in args:
             if isinstance(arg, (HostBuffer, torch.Tensor)):
                 raise TypeError("launch takes device buffers (from to_device or an earlier launch), not host tensors")
+            if isinstance(arg, DeviceBuffer):
+                _usable(arg, "launch")
+        if out is not None:
+            _usable(_device_buffer(out, "launch's out"), "launch")  # before any work: a released out is refused as it is
         inputs = [arg.tensor if isinstance(arg, DeviceBuffer) else arg for arg in args]
         result = work.fn(*inputs)
         if not isinstance(result, torch.Tensor):
             raise TypeError(f"a kernel returns a tensor, got {type(result).__name__}")
         origin = ("computed", work.fn, tuple(arg.origin if isinstance(arg, DeviceBuffer) else ("a value",) for arg in args))
-        output = DeviceBuffer(result, self._name("dev "), origin)
+        reads = [arg.name for arg in args if isinstance(arg, DeviceBuffer)]
+        output = self._written(out, result, origin, stream_name, "launch")
         label = getattr(work.fn, "__name__", "kernel")
         self.schedule.kernel(f"{label} → {output.name}", stream_name, seconds=work.modelled_seconds(self.spec, inputs, result),
-                             reads=[arg.name for arg in args if isinstance(arg, DeviceBuffer)], writes=[output.name])
+                             reads=reads, writes=[output.name])
         return output
+
+    def _written(self, out, value: torch.Tensor, origin: tuple, stream_name: str, what: str) -> DeviceBuffer:
+        """The device buffer a call writes ``value`` into: ``out`` (same shape and dtype), or a new one allocated on the call's stream."""
+        if out is None:
+            device = DeviceBuffer(value, self._name("dev "), origin)
+            self.schedule.allocate(device.name, value.nbytes, stream_name)
+            return device
+        out = _usable(_device_buffer(out, f"{what}'s out"), what)
+        if out.tensor.shape != value.shape or out.tensor.dtype != value.dtype:
+            raise ValueError(f"{what}: out= holds {tuple(out.tensor.shape)} {out.tensor.dtype}, the result is "
+                             f"{tuple(value.shape)} {value.dtype}: write into a buffer of the same shape and dtype")
+        out.tensor, out.origin = value, origin
+        return out
+
+    def release(self, device) -> None:
+        device = _usable(_device_buffer(device, "release"), "release")
+        device.released = True
+        self.schedule.release(device.name)
+
+    def record_stream(self, device, stream: Stream) -> None:
+        device = _usable(_device_buffer(device, "record_stream"), "record_stream")
+        self.schedule.record_stream(device.name, self._own(stream, "stream"))
 
     def to_host(self, device, stream: Stream) -> HostBuffer:
         if not isinstance(device, DeviceBuffer):
             raise TypeError(f"to_host copies a device buffer back, got {type(device).__name__}")
+        _usable(device, "to_host")
         stream_name = self._own(stream, "stream")
         host = HostBuffer(device.tensor.clone(), True, self._name("result "), ("copied out", device.origin))  # pinned: non-blocking
         self.schedule.d2h(f"{device.name} → {host.name}", stream_name, nbytes=device.tensor.nbytes, buffer=device.name, into=host.name)
@@ -206,6 +275,25 @@ class ModelBackend:
         return host
 
 
+def _priority_level(priority) -> int:
+    """torch's pool for ``priority``: 0 for 0 (and above, the lowest), up to PRIORITY_LEVELS - 1 for the highest."""
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise TypeError(f"a stream priority is an integer (lower is higher, 0 the default), got {type(priority).__name__}")
+    return min(max(-priority, 0), PRIORITY_LEVELS - 1)
+
+
+def _device_buffer(value, what: str) -> DeviceBuffer:
+    if not isinstance(value, DeviceBuffer):
+        raise TypeError(f"{what} takes a device buffer (from to_device or launch), got {type(value).__name__}")
+    return value
+
+
+def _usable(device: DeviceBuffer, what: str) -> DeviceBuffer:
+    if device.released:
+        raise ValueError(f"{what}: {device.name} was released (streams.release): its memory may hold another buffer now")
+    return device
+
+
 class _Token:
     """A stream's or an event's identity in a modelled run: only the run makes them (:meth:`ModelBackend._own`)."""
 
@@ -225,10 +313,10 @@ class CudaBackend:
         self._making_default = True
         self.default_stream = Stream("default", backend=self)
 
-    def new_stream(self, name):
+    def new_stream(self, name, priority: int = 0):
         # Only the backend's own default stream is CUDA's: a name is a label, as in the model, never which stream it is.
         default, self._making_default = self._making_default, False
-        return name or "stream", torch.cuda.default_stream() if default else torch.cuda.Stream()
+        return name or "stream", torch.cuda.default_stream() if default else torch.cuda.Stream(priority=priority)
 
     def new_event(self, name):
         return name or "event", torch.cuda.Event()
@@ -236,14 +324,34 @@ class CudaBackend:
     def pinned(self, tensor) -> torch.Tensor:
         return _host_tensor(tensor, "pinned").pin_memory()
 
-    def to_device(self, host, stream: Stream) -> torch.Tensor:
+    def to_device(self, host, stream: Stream, out=None) -> torch.Tensor:
         with torch.cuda.stream(stream.handle):
-            return _host_tensor(host, "to_device").to("cuda", non_blocking=True)
+            if out is None:
+                return _host_tensor(host, "to_device").to("cuda", non_blocking=True)
+            return out.copy_(_host_tensor(host, "to_device"), non_blocking=True)
 
-    def launch(self, fn, args, stream: Stream) -> torch.Tensor:
+    def launch(self, fn, args, stream: Stream, out=None) -> torch.Tensor:
+        """``fn(*args)``, or ``fn(*args, out=out)``: torch's functions write into ``out``; a function without an
+        ``out`` parameter has its result copied into it (one more kernel)."""
         work = fn.fn if isinstance(fn, Kernel) else fn
         with torch.cuda.stream(stream.handle):
-            return work(*args)
+            if out is None:
+                return work(*args)
+            try:
+                result = work(*args, out=out)
+            except TypeError as error:
+                if "out" not in str(error):
+                    raise
+                result = work(*args)
+            if result is not out:
+                out.copy_(result)
+            return out
+
+    def release(self, device) -> None:
+        """Nothing to do here: the block returns to torch's caching allocator when the tensor's last reference goes (``del``)."""
+
+    def record_stream(self, device, stream: Stream) -> None:
+        device.record_stream(stream.handle)
 
     def to_host(self, device, stream: Stream) -> torch.Tensor:
         with torch.cuda.stream(stream.handle):
@@ -265,11 +373,15 @@ class CudaBackend:
 
 
 class Stream:
-    """A stream of the active backend: ``streams.Stream()``; work on one stream runs in order."""
+    """A stream of the active backend: ``streams.Stream()``; work on one stream runs in order.
 
-    def __init__(self, name: str | None = None, *, backend=None):
+    ``priority``: lower numbers are higher priorities (torch takes 0 down to -3), 0 the default; among kernels
+    ready together, a higher-priority stream's starts first. Like ``torch.cuda.Stream``, the 33rd stream of a
+    priority is the 1st again (torch's pool holds 32 per priority: see the module's docstring)."""
+
+    def __init__(self, name: str | None = None, *, priority: int = 0, backend=None):
         self.backend = backend or active()
-        self.name, self.handle = self.backend.new_stream(name)
+        self.name, self.handle = self.backend.new_stream(name, priority)
 
     def wait_event(self, event: Event) -> None:
         """Later work on this stream waits until ``event``'s recorded point is done."""
@@ -336,14 +448,30 @@ def pinned(tensor):
     return active().pinned(tensor)
 
 
-def to_device(host, stream: Stream | None = None):
-    """Copy ``host`` to the device on ``stream`` (the default stream when None)."""
-    return active().to_device(host, _stream(stream))
+def to_device(host, stream: Stream | None = None, out=None):
+    """Copy ``host`` to the device on ``stream`` (the default stream when None): into a new buffer allocated on
+    ``stream``, or into ``out``, a device buffer of the same shape and dtype (``out.copy_(host, non_blocking=True)``)."""
+    return active().to_device(host, _stream(stream), out)
 
 
-def launch(fn, *args, stream: Stream | None = None):
-    """Run ``fn(*args)`` on the device, on ``stream``; ``fn`` may be a :func:`kernel` with a modelled time."""
-    return active().launch(fn, args, _stream(stream))
+def launch(fn, *args, stream: Stream | None = None, out=None):
+    """Run ``fn(*args)`` on the device, on ``stream``; ``fn`` may be a :func:`kernel` with a modelled time.
+    The result goes into a new buffer allocated on ``stream``, or into ``out`` (``fn(*args, out=out)`` on a GPU)."""
+    return active().launch(fn, args, _stream(stream), out)
+
+
+def release(device) -> None:
+    """Give ``device``'s memory back to the caching allocator: the next allocation of its size on the stream
+    that allocated it reuses it at once, even while another stream still uses the buffer (call
+    :func:`record_stream` for that stream first, or order it with an event). The buffer is unusable afterwards.
+    On a GPU this is what dropping the tensor's last reference does (``del``): the front end keeps none."""
+    active().release(device)
+
+
+def record_stream(device, stream: Stream) -> None:
+    """``Tensor.record_stream``: ``device`` is used on ``stream`` too, so when it is released its memory is not
+    reused before the work ``stream`` has queued by then is done (PyTorch's "CUDA semantics" page)."""
+    active().record_stream(device, stream)
 
 
 def to_host(device, stream: Stream | None = None):
@@ -440,13 +568,17 @@ class RemoteBackend:
 
     def __init__(self, dispatch):
         self.dispatch = dispatch
-        self.default_stream = Stream("default", backend=self)
+        self._making_default = True
+        self.default_stream = Stream("default", backend=self)  # the run's default stream: no stream of torch's pool
+        self._making_default = False
 
     def _call(self, method: str, *args):
         return self.dispatch(method, *[_as_handle(arg) for arg in args])
 
-    def new_stream(self, name):
-        return name or "stream", self._call("new_stream", name)
+    def new_stream(self, name, priority: int = 0):
+        if self._making_default:
+            return "default", self._call("default_stream")
+        return name or "stream", self._call("new_stream", name, priority)
 
     def new_event(self, name):
         return name or "event", self._call("new_event", name)
@@ -454,11 +586,17 @@ class RemoteBackend:
     def pinned(self, tensor):
         return self._call("pinned", tensor)
 
-    def to_device(self, host, stream):
-        return self._call("to_device", host, stream)
+    def to_device(self, host, stream, out=None):
+        return self._call("to_device", host, stream, out)
 
-    def launch(self, fn, args, stream):
-        return self._call("launch", fn, list(args), stream)
+    def launch(self, fn, args, stream, out=None):
+        return self._call("launch", fn, list(args), stream, out)
+
+    def release(self, device):
+        self._call("release", device)
+
+    def record_stream(self, device, stream):
+        self._call("record_stream", device, stream)
 
     def to_host(self, device, stream):
         return self._call("to_host", device, stream)
@@ -502,7 +640,8 @@ def _as_handle(value):
 class _Exported:
     """The trusted side of :class:`RemoteBackend`: objects out as handles, calls in on the model."""
 
-    CALLS = ("new_stream", "new_event", "pinned", "to_device", "launch", "to_host", "record", "wait", "synchronize", "value")
+    CALLS = ("new_stream", "new_event", "pinned", "to_device", "launch", "to_host", "record", "wait", "synchronize", "value", "release",
+             "record_stream", "default_stream")
     KINDS = {HostBuffer: "host buffer", DeviceBuffer: "device buffer", Kernel: "kernel", Stream: "stream", Event: "event"}
 
     def __init__(self, backend: ModelBackend):
@@ -538,19 +677,23 @@ class _Exported:
         if method not in self.CALLS:
             raise ValueError(f"unknown call {method!r}")
         args = [self.imported(arg) for arg in args]
+        if method == "default_stream":  # what the other side's calls without a stream run on, as in this process
+            return self.exported(self.backend.default_stream)
         if method == "new_stream":  # a new stream whatever its name ("default" too): names are labels
-            return self.exported(Stream(args[0], backend=self.backend))
+            return self.exported(Stream(*args[:1], priority=args[1] if len(args) > 1 else 0, backend=self.backend))
         if method == "new_event":
             return self.exported(Event(args[0], backend=self.backend))
         if method == "launch":
-            return self.exported(self.backend.launch(args[0], args[1], args[2]))
+            return self.exported(self.backend.launch(*args))
         return self.exported(getattr(self.backend, method)(*args))
 
 
 @contextlib.contextmanager
-def modelled(gpu: str = "T4", *, copy_engines: int | None = None, issue_seconds: float = 0.0):
-    """Run this module's calls on the CPU and record them into the stream model of ``gpu``."""
-    backend = ModelBackend(gpu, copy_engines=copy_engines, issue_seconds=issue_seconds)
+def modelled(gpu: str = "T4", *, copy_engines: int | None = None, issue_seconds: float = 0.0, **options):
+    """Run this module's calls on the CPU and record them into the stream model of ``gpu``; ``options`` go to
+    :class:`~gpucourse.sim.streams.Schedule`: ``queues="per-engine"`` (cards before Hyper-Q), ``connections``
+    (CUDA_DEVICE_MAX_CONNECTIONS), ``copy_latency``."""
+    backend = ModelBackend(gpu, copy_engines=copy_engines, issue_seconds=issue_seconds, **options)
     with using(backend):
         yield ModelRun(backend)
 

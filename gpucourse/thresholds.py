@@ -123,10 +123,15 @@ def overlap_speed(card: gpu_specs.GPUSpec, chunks: int = 8, elements: int = 1 <<
     """05 test_overlap_speed: serial_map against overlapped_map of ``torch.sin`` on ``chunks`` float32 chunks.
 
     Timed inputs arrive in pinned memory on a GPU grader, so copies run at the link's bandwidth.
-    serial_map waits for each chunk (copy in, kernel, copy out, synchronize); the reference issues
-    every chunk on its own stream, breadth-first. Both schedules run on the stream model
-    (:mod:`gpucourse.sim.streams`); the kernel is one memory-bound pass plus a launch. The copies
-    dominate on every card, so the copies in overlap the copies out: close to 2x.
+    serial_map waits for each chunk (copy in, kernel, copy out, synchronize). The reference is triple
+    buffering: 3 slots of device buffers reused with ``out=``, one stream each for copies in, kernels and
+    copies out, events guarding each reuse (Question 2's hint). Its time is modelled by
+    :func:`pipelined_map_seconds`, the same chunks on a stream each issued breadth-first (8 streams fit
+    the 8 hardware queues, so no false dependency): the copies set the pace on every card, copies in back to
+    back on one engine and copies out on the other, so both layouts give the same makespan, which is what
+    the reference's own modelled timeline (through :mod:`gpucourse.streams`) gives too. Both schedules run on
+    the stream model (:mod:`gpucourse.sim.streams`); the kernel is one memory-bound pass plus a launch.
+    The copies in overlap the copies out: close to 2x.
     """
     copy, kernel = map_chunk_seconds(card, elements)
     serial = Schedule.for_gpu(card.name)
@@ -305,8 +310,33 @@ def models(item: str) -> list[SpeedModel]:
     return [ITEMS[item](card) for card in gpu_specs.GPUS.values()]
 
 
-def describe(item: str, needed: float) -> str:
-    """One line per notebook: the threshold, and the modelled speedup and bound on each card."""
-    per_card = ", ".join(f"{m.card} {m.speedup:.3g}× ({m.candidate_bound}-bound)" for m in models(item))
-    return (f"needed {needed:g}×; modelled (not yet measured) for {', '.join(gpu_specs.GPUS)}: {per_card}. "
-            "scripts/gpu_check.sh calibrates it on the first GPU run.")
+def describe(item: str, needed: float | dict[str, float]) -> str:
+    """One line per notebook, for this machine: the threshold the item's check uses here, then the GPU threshold's
+    model on each card. ``needed``: the item's thresholds by device class (its ``SPEEDUP_NEEDED``), or the GPU's alone."""
+    import torch
+
+    from .devices import device_class
+
+    here = device_class()
+    name = torch.cuda.get_device_name() if here == "cuda" else None
+    return target_text(item, needed, here, name)
+
+
+def target_text(item: str, needed: float | dict[str, float], here: str, device_name: str | None = None) -> str:
+    """:func:`describe`'s line for a machine of device class ``here`` (``"cpu"`` or ``"cuda"``), whose GPU the driver
+    calls ``device_name``: which threshold applies there, and the GPU threshold modelled (not measured) per card."""
+    needed = {"cuda": needed} if isinstance(needed, int | float) else dict(needed)
+    modelled = models(item)
+    per_card = ", ".join(f"{m.card} {m.speedup:.3g}× ({m.candidate_bound}-bound)" for m in modelled)
+    model = (f"modelled (not yet measured) for {', '.join(gpu_specs.GPUS)}: {per_card}. "
+             "scripts/gpu_check.sh calibrates it on the first GPU run.")
+    if here == "cuda":
+        card = gpu_specs.card_for(device_name or "")
+        mine = next((m for m in modelled if card is not None and m.card == card.name), None)
+        which = (f"{device_name}, the table's {card.name}: modelled {mine.speedup:.3g}× there" if mine
+                 else f"{device_name}, not one of the modelled cards")
+        return f"On this machine ({which}) the check needs {needed['cuda']:g}×; {model}"
+    if here in needed:
+        return f"On this machine (no GPU: device class {here!r}) the check needs {needed[here]:g}×. On a GPU it needs {needed['cuda']:g}×, {model}"
+    return (f"On this machine (no GPU: device class {here!r}) the speed is not timed: a grader with a GPU times it. "
+            f"On a GPU the check needs {needed['cuda']:g}×, {model}")

@@ -157,6 +157,9 @@ class SpeedResult:
     rounds: int
     device: str
     num_threads: int | None
+    # The median of the per-round ratios: the headline to quote beside low-high, which are quartiles of the
+    # same samples (``speedup`` is a ratio of medians, and can fall outside them when the rounds disagree).
+    median_ratio: float | None = None
 
     def __str__(self) -> str:
         digits = 1 if self.low >= 1 else 2
@@ -253,6 +256,7 @@ def speed_result(baseline_times: Sequence[float], candidate_times: Sequence[floa
         speedup=baseline_s / candidate_s,
         low=_quantile(ratios, 0.25),
         high=_quantile(ratios, 0.75),
+        median_ratio=statistics.median(ratios),
         baseline_seconds=baseline_s,
         candidate_seconds=candidate_s,
         rounds=len(ratios),

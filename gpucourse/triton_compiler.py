@@ -4,8 +4,11 @@ The Triton side of :mod:`gpucourse.compiler`, through the same compiler child an
 (:func:`gpucourse.compiler._compile`): the kernel's self-contained source
 (:mod:`gpucourse.triton_source`) is compiled by ``triton.compile`` for sm_80 with the signature a
 launch with these arguments would get (a tensor is a pointer to its dtype, an int ``i32`` or
-``i64``, a float ``fp32``, a bool ``i1``; a ``tl.constexpr`` parameter takes its value), and the
-PTX goes through Triton's own ptxas for registers and spills. The interpreter runs what no GPU
+``i64``, a float ``fp32``, a bool ``i1``; a ``tl.constexpr`` parameter takes its value; as a launch
+does, an int equal to 1 becomes a constant and an int or address that is a multiple of 16 is marked
+so, which is what lets Triton vectorize and pipeline the loads), with the ``num_warps`` and
+``num_stages`` a launch or a ``triton.Config`` would pass, and the PTX goes through Triton's own
+ptxas for registers and spills. The interpreter runs what no GPU
 would compile (a kernel calling torch, a Python list); this says so, with the line and why.
 """
 
@@ -38,7 +41,7 @@ def argument_descriptor(value) -> dict:
         dtype = str(value.dtype).removeprefix("torch.")
         if dtype not in _POINTER_TYPES:
             raise TypeError(f"a Triton kernel cannot take a {dtype} tensor here")
-        return {"type": _POINTER_TYPES[dtype]}
+        return {"type": _POINTER_TYPES[dtype], "aligned": value.data_ptr() % 16 == 0}
     if isinstance(value, bool):
         return {"type": "i1", "value": value}
     if isinstance(value, int):
@@ -63,8 +66,8 @@ def describe_signature(descriptor: dict) -> str:
 class TritonCompileReport:
     """What Triton's compiler and ptxas made of one kernel for one GPU (compiled, not run).
 
-    registers, spills and local memory per thread come from ptxas; ``shared_bytes`` and
-    ``num_warps`` from Triton's metadata (shared memory per program, i.e. per block).
+    registers, spills and local memory per thread come from ptxas; ``shared_bytes``, ``num_warps``
+    and ``num_stages`` from Triton's metadata (shared memory per program, i.e. per block).
     """
 
     kernel: str
@@ -72,6 +75,7 @@ class TritonCompileReport:
     arch: str
     signature: str
     num_warps: int
+    num_stages: int
     registers: int
     shared_bytes: int
     local_bytes: int
@@ -91,14 +95,18 @@ class TritonCompileReport:
 
     def summary(self) -> str:
         return (f"{self.kernel}{self.signature} compiled for {self.gpu} ({self.arch}) by Triton, no GPU involved: "
-                f"{self.num_warps} warps, {self.registers} registers/thread, {self.shared_bytes} B shared memory/block")
+                f"{self.num_warps} warps, {self.num_stages} stages, {self.registers} registers/thread, "
+                f"{self.shared_bytes} B shared memory/block")
 
     def __str__(self) -> str:
         return self.summary()
 
 
-def triton_compile_report(source: KernelSource, args, kwargs, gpu: str = "A100", timeout: float = COMPILE_TIMEOUT_S) -> TritonCompileReport:
+def triton_compile_report(source: KernelSource, args, kwargs, gpu: str = "A100", timeout: float = COMPILE_TIMEOUT_S, *,
+                          num_warps: int | None = None, num_stages: int | None = None) -> TritonCompileReport:
     """Compile the checked Triton ``source`` for ``gpu`` with the types of these launch arguments.
+
+    ``num_warps`` and ``num_stages`` are the launch options (Triton's defaults, 4 and 3, when None).
 
     Raises :class:`KernelCompileError` with the student's line and Triton's reason in plain words,
     :class:`gpucourse.compiler.CompilerMissing` without Triton, TimeoutError past ``timeout``.
@@ -107,6 +115,9 @@ def triton_compile_report(source: KernelSource, args, kwargs, gpu: str = "A100",
     descriptor = signature_descriptor(args, kwargs)
     request = {"language": "triton", "source": source.text, "filename": KERNEL_FILENAME, "kernel": source.name,
                "signature": descriptor, "cc": list(cc), "ptxas": "triton's own", "sys_path": list(sys.path)}
+    options = {name: value for name, value in (("num_warps", num_warps), ("num_stages", num_stages)) if value is not None}
+    if options:
+        request["options"] = options
     answer = _compile(request, timeout)
     if answer["status"] != "ok":
         raise _failure(answer, source)
@@ -115,7 +126,8 @@ def triton_compile_report(source: KernelSource, args, kwargs, gpu: str = "A100",
     resources = parse_ptxas(answer["ptxas"])
     return TritonCompileReport(
         kernel=source.name, gpu=card, arch=f"sm_{cc[0]}{cc[1]}", signature=describe_signature(descriptor),
-        num_warps=int(answer["num_warps"]), registers=resources["registers"], shared_bytes=int(answer["shared"]),
+        num_warps=int(answer["num_warps"]), num_stages=int(answer["num_stages"]), registers=resources["registers"],
+        shared_bytes=int(answer["shared"]),
         local_bytes=resources["local_bytes"], spill_stores=resources["spill_stores"], spill_loads=resources["spill_loads"],
         float64_instructions=float64, ptx=ptx, source=source,
     )

@@ -172,50 +172,86 @@ MB = 10**6  # decimal, like the link bandwidths in gpu_specs
 
 
 def pipeline_schedule(n_chunks: int, *, gpu: str = "T4", copy_engines: int = 2, order: str = "breadth", pinned: bool = True,
-                      megabytes: float = 16.0, kernel_ms: float = 1.0, n_streams: int | None = None):
+                      megabytes: float = 16.0, kernel_ms: float = 1.0, n_streams: int | None = None, queues: str = "hyper-q"):
     """The chunked copy-in → kernel → copy-out pipeline the stream-timeline widget shows, as a model
     :class:`~gpucourse.sim.streams.Schedule` (:func:`gpucourse.sim.streams.pipeline`): ``n_chunks`` chunks of
     ``megabytes`` each way over ``gpu``'s host link, a kernel of ``kernel_ms`` per chunk, chunk i on stream
-    i % ``n_streams`` (one stream per chunk when None)."""
+    i % ``n_streams`` (one stream per chunk when None); ``queues`` "hyper-q" (8 hardware queues, every card in
+    ``gpu_specs``) or "per-engine" (one queue per engine, cards before Hyper-Q)."""
     from .sim import streams
 
     copy_seconds = streams.Schedule(link_bandwidth=gpu_specs.gpu(gpu).host_link_bandwidth).copy_seconds(round(megabytes * MB))
     return streams.pipeline(n_chunks, copy_seconds, kernel_ms * 1e-3, copy_seconds, copy_engines=copy_engines, order=order,
-                            pinned=pinned, streams=n_streams)
+                            pinned=pinned, streams=n_streams, queues=queues)
+
+
+QUEUES = {"hyper-q": "Hyper-Q: 8 hardware queues", "per-engine": "one queue per engine (before Hyper-Q)"}
 
 
 def stream_timeline_report(n_chunks: int, copy_engines: int, order: str, memory: str, gpu: str, megabytes: float,
-                           kernel_ms: float, n_streams: int = 16) -> tuple[str, object]:
-    """The stream-timeline widget's text and the timeline it draws (all modelled for ``gpu``)."""
-    options = {"gpu": gpu, "copy_engines": copy_engines, "order": order, "pinned": memory == "pinned"}
-    lanes = min(n_streams, n_chunks)
-    timeline = pipeline_schedule(n_chunks, megabytes=megabytes, kernel_ms=kernel_ms, n_streams=lanes, **options).simulate()
+                           kernel_ms: float, n_streams: int = 16, queues: str = "hyper-q") -> tuple[str, object]:
+    """The stream-timeline widget's text and the timeline it draws (all modelled for ``gpu``).
+
+    Chunk i goes on stream i % ``n_streams``, so more streams than chunks leave the extra ones empty: the text
+    counts the streams that get work. Besides the makespan, the ideal bound and the speedup over the job in one
+    piece, it compares the other issue order on the same streams and queues, the same issue order with the other
+    kind of hardware queues, and says what the first kernel waits for (:mod:`gpucourse.stream_text`, from the
+    timelines).
+    """
+    from . import stream_text
+    from .sim.streams import DEFAULT_CONNECTIONS
+
+    options = {"gpu": gpu, "copy_engines": copy_engines, "pinned": memory == "pinned", "n_streams": min(n_streams, n_chunks)}
+    size = {"megabytes": megabytes, "kernel_ms": kernel_ms}
+    timeline = pipeline_schedule(n_chunks, order=order, queues=queues, **size, **options).simulate()
+    other = "depth" if order == "breadth" else "breadth"
+    other_order = pipeline_schedule(n_chunks, order=other, queues=queues, **size, **options).simulate()
+    other_queues = "per-engine" if queues == "hyper-q" else "hyper-q"
+    other_hardware = pipeline_schedule(n_chunks, order=order, queues=other_queues, **size, **options).simulate()
     # The same work in one piece: every byte copied in, then one kernel over all of it, then copied back.
-    serial = pipeline_schedule(1, megabytes=megabytes * n_chunks, kernel_ms=kernel_ms * n_chunks, **options).simulate()
+    serial = pipeline_schedule(1, megabytes=megabytes * n_chunks, kernel_ms=kernel_ms * n_chunks, order=order, queues=queues,
+                               **{**options, "n_streams": None}).simulate()
     busiest = max(timeline.engine_busy, key=timeline.engine_busy.get)
     spec = gpu_specs.gpu(gpu)
     races = "none" if not timeline.races else "; ".join(str(race) for race in timeline.races)
+    lanes = options["n_streams"]
+    explained = [stream_text.compare(f"{order}-first issue", timeline.makespan, f"{other}-first issue on the same streams", other_order.makespan),
+                 stream_text.compare(QUEUES[queues], timeline.makespan, QUEUES[other_queues], other_hardware.makespan),
+                 stream_text.first_kernel_wait(timeline, connections=DEFAULT_CONNECTIONS if queues == "hyper-q" else None)]
     return (f"{_counted(n_chunks, 'chunk')} of {megabytes:g} MB on {_counted(lanes, 'stream')}, {memory} host memory, {order}-first issue, "
-            f"{_counted(copy_engines, 'copy engine')}, {gpu} ({spec.host_link}, {spec.host_link_bandwidth / 1e9:g} GB/s)\n"
+            f"{_counted(copy_engines, 'copy engine')},\n  {QUEUES[queues]}, {gpu} ({spec.host_link}, {spec.host_link_bandwidth / 1e9:g} GB/s)\n"
             f"  makespan             {timeline.makespan * 1e3:8.3f} ms\n"
             f"  ideal bound          {timeline.ideal_seconds * 1e3:8.3f} ms (the busiest engine: {busiest})\n"
             f"  one chunk serialised {serial.makespan * 1e3:8.3f} ms: speedup {serial.makespan / timeline.makespan:.2f}×\n"
             f"  races: {races}\n"
-            f"all modelled for {gpu}, not measured"), timeline
+            + "".join(_wrapped(line) for line in explained)
+            + f"all modelled for {gpu}, not measured"), timeline
+
+
+def _wrapped(sentence: str, width: int = 110) -> str:
+    """A sentence as indented report lines of at most ``width`` characters."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(sentence, width, initial_indent="  ", subsequent_indent="    ")) + "\n"
 
 
 def stream_timeline(n_chunks: int = 4, copy_engines: int = 2, order: str = "breadth", memory: str = "pinned", gpu: str = "T4",
-                    megabytes: float = 16.0, kernel_ms: float = 1.0, n_streams: int = 16):
+                    megabytes: float = 16.0, kernel_ms: float = 1.0, n_streams: int = 16, queues: str = "hyper-q"):
     """Chunk a copy-in → kernel → copy-out job over streams: pick the chunk count, the streams (chunk i
-    on stream i % streams; as many as chunks at most), the copy engines,
-    the issue order, pinned or pageable memory, the GPU, the chunk size and the kernel time; see the
-    modelled timeline, its makespan, the ideal bound and the speedup over doing it in one piece."""
+    on stream i % streams; as many as chunks at most), the copy engines, the hardware queues (Hyper-Q or one
+    per engine, as before Hyper-Q), the issue order, pinned or pageable memory, the GPU, the chunk size and the
+    kernel time; see the modelled timeline, its makespan, the ideal bound and the speedup over doing it in one piece.
+
+    The streams slider never goes past the chunk count (its maximum follows the chunks slider), so the
+    number it shows is the number of streams the report counts and the timeline uses.
+    """
     import ipywidgets as widgets
 
     controls = {
         "n_chunks": widgets.IntSlider(value=n_chunks, min=1, max=16, description="chunks"),
-        "n_streams": widgets.IntSlider(value=n_streams, min=1, max=16, description="streams"),
+        "n_streams": widgets.IntSlider(value=min(n_streams, n_chunks), min=1, max=n_chunks, description="streams"),
         "copy_engines": widgets.Dropdown(options=[1, 2], value=copy_engines, description="copy engines"),
+        "queues": widgets.Dropdown(options=list(QUEUES), value=queues, description="hardware queues"),
         "order": widgets.Dropdown(options=["breadth", "depth"], value=order, description="issue order"),
         "memory": widgets.Dropdown(options=["pinned", "pageable"], value=memory, description="host memory"),
         "gpu": widgets.Dropdown(options=list(gpu_specs.GPUS), value=gpu, description="GPU"),
@@ -224,11 +260,14 @@ def stream_timeline(n_chunks: int = 4, copy_engines: int = 2, order: str = "brea
     }
 
     def draw(values, ax):
+        controls["n_streams"].max = values["n_chunks"]  # lowering the maximum lowers a larger value with it
+        values["n_streams"] = controls["n_streams"].value
         text, timeline = stream_timeline_report(**values)
         plots.timeline(ax, timeline, label=f"modelled for {values['gpu']}")
+        ax.get_figure().tight_layout()  # the layout the timeline placed its names for
         return text
 
-    return _explorer(controls, draw, [("n_chunks", "n_streams", "copy_engines"), ("order", "memory", "gpu"), ("megabytes", "kernel_ms")])
+    return _explorer(controls, draw, [("n_chunks", "n_streams", "copy_engines"), ("queues", "order", "memory"), ("gpu", "megabytes", "kernel_ms")])
 
 
 def _show_in(output, fig) -> None:
@@ -256,7 +295,9 @@ class TrainingMonitor:
     """A progress bar and a live figure of loss and test accuracy for a training loop in a notebook.
 
     ``monitor = TrainingMonitor(epochs, label="measured on ...")``, then ``monitor.update(epoch, loss, accuracy)``
-    after each epoch: the bar advances and the figure (``plots.training_curves``) is redrawn in place.
+    after each epoch: the figure (``plots.training_curves``) is redrawn in place, then the bar advances, so both
+    count the same epoch ("epoch 9/20" on the bar, "after epoch 9 of 20" over the figure) whenever one looks.
+    The bar's label gets the width it needs ("step 2000/2000" is not cut).
     ``unit="step"`` counts steps instead; ``update(step, loss, sample=text)`` without an accuracy draws the loss
     alone and shows ``text`` under it (module 09's language model prints what it writes as it learns).
     A loss may be a dict of named losses, one curve each (a GAN's ``{"D": 1.3, "G": 0.8}``), and
@@ -271,7 +312,7 @@ class TrainingMonitor:
         if epochs < 1:
             raise ValueError(f"{unit}s must be at least 1, got {epochs}")
         self.epochs, self.label, self.unit, self.extra, self.history = epochs, label, unit, extra, []
-        self.bar = widgets.IntProgress(value=0, min=0, max=epochs, description=f"{unit} 0/{epochs}")
+        self.bar = widgets.IntProgress(value=0, min=0, max=epochs, description=f"{unit} 0/{epochs}", style={"description_width": "initial"})
         self.figure = widgets.Output()
         self.sample = widgets.HTML()
         display(widgets.VBox([self.bar, self.figure, self.sample]))
@@ -283,16 +324,34 @@ class TrainingMonitor:
 
         loss = {name: float(value) for name, value in loss.items()} if isinstance(loss, dict) else float(loss)
         self.history.append((epoch, loss, None if accuracy is None else float(accuracy)))
-        self.bar.value, self.bar.description = min(epoch, self.epochs), f"{self.unit} {epoch}/{self.epochs}"
         with_accuracy = accuracy is not None
         curves = 2 if with_accuracy else 1
+        # Constrained layout keeps each panel's labels clear of its neighbour's ticks and the figure's title.
         if self.extra is None:
-            fig, axes = plt.subplots(1, curves, figsize=(8 if with_accuracy else 5, 2.6), squeeze=False)
+            fig, axes = plt.subplots(1, curves, figsize=(8 if with_accuracy else 5, 2.8), squeeze=False, layout="constrained")
         else:  # the extra panel is square, as tall as the curves; each curve's panel is wide enough for its title
-            fig, axes = plt.subplots(1, curves + 1, figsize=(9.6, 3.0), squeeze=False, gridspec_kw={"width_ratios": [1.9] * curves + [1]})
-        plots.training_curves(axes[0][0], axes[0][1] if with_accuracy else None, self.history, label=self.label, unit=self.unit)
+            fig, axes = plt.subplots(1, curves + 1, figsize=(9.6, 3.2), squeeze=False, layout="constrained",
+                                     gridspec_kw={"width_ratios": [1.9] * curves + [1]})
+        plots.training_curves(axes[0][0], axes[0][1] if with_accuracy else None, self.history, label=self.label, unit=self.unit,
+                              total=self.epochs)
         if self.extra is not None:
             self.extra(axes[0][-1])
         if sample is not None:
             self.sample.value = f"<pre style='white-space: pre-wrap'>{html.escape(sample)}</pre>"
-        _show_in(self.figure, fig)
+        self._show(fig)
+        self.bar.value, self.bar.description = min(epoch, self.epochs), f"{self.unit} {epoch}/{self.epochs}"
+
+    def _show(self, fig) -> None:
+        """``fig`` as a PNG in the figure's box, drawn once: constrained layout already fits it, so no tight-bbox pass
+        (which draws the figure a second time, half of each update's cost)."""
+        import io
+
+        import matplotlib.pyplot as plt
+        from IPython.display import Image, display
+
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=96)
+        plt.close(fig)
+        self.figure.clear_output(wait=True)
+        with self.figure:
+            display(Image(data=buffer.getvalue(), format="png"))

@@ -178,6 +178,15 @@ def run_lecture_cell(lecture: Path, marker: str, **names):
     return namespace, out.getvalue()
 
 
+def lecture_calls(lecture: Path, module: str) -> set[str]:
+    """The names ``module.name(...)`` that ``lecture``'s .py source calls, read from its syntax tree: which of a
+    sentence module's functions the lecture prints through (docs/authoring.md, "Sentences from numbers")."""
+    import ast
+
+    return {node.func.attr for node in ast.walk(ast.parse(lecture.read_text())) if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) and node.func.value.id == module}
+
+
 # --- Scratch courses ---------------------------------------------------------------------------
 
 
@@ -260,6 +269,69 @@ def executed_seconds(notebook: nbformat.NotebookNode) -> float:
                    if key in ("iopub.execute_input", "shell.execute_reply")]
     assert stamps, "the notebook has no execution timestamps: was it executed (with nbclient's record_timing)?"
     return (max(stamps) - min(stamps)).total_seconds()
+
+
+# --- An executed lecture: where it runs, and what makes it acceptable ---------------------------
+
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's: the browser test never uses `playwright install`'s
+# Lectures from 05 on are run once per test run, in JupyterLab by tests/test_browser.py (Run All, as a student
+# does: its screenshots of their figures, widgets and training monitors come from that run), wherever the browser
+# test runs; tests/test_notebooks.py runs them (nbclient) only where it does not. 01-04 always run in nbclient.
+FIRST_BROWSER_LECTURE = 5
+BROWSER_LECTURES = [path for path in LECTURES if int(path.stem[:2]) >= FIRST_BROWSER_LECTURE]
+
+
+def browser_missing() -> list[str]:
+    """What tests/test_browser.py needs and this machine lacks (empty: it can run)."""
+    missing = []
+    try:
+        from playwright import sync_api  # noqa: F401
+    except ImportError:
+        missing.append("the playwright package (pip install playwright; it is in the dev extra: make install)")
+    if not CHROMIUM.exists():
+        missing.append(f"Debian's chromium at {CHROMIUM} (apt-get install chromium)")
+    return missing
+
+
+def browser_test_runs() -> bool:
+    """Whether tests/test_browser.py runs here: where nothing it needs is missing, and always under CI=true
+    (where it fails, never skips, if something is missing)."""
+    return os.environ.get("CI") == "true" or not browser_missing()
+
+
+def runs_in_browser(module: str) -> bool:
+    """Whether lecture ``module`` is executed (and checked) by tests/test_browser.py in this test run."""
+    return module in {path.stem for path in BROWSER_LECTURES} and browser_test_runs()
+
+
+# JupyterLab's output area in the browser test's 1400-px window with the file browser open: a wider
+# figure is shrunk to fit, its labels with it (a 16-inch figure's 8-pt labels came out at 5 pt).
+SHOWN_WIDTH_PX = 960
+
+
+def figure_widths(notebook: nbformat.NotebookNode):
+    """(cell index, pixel width) of every PNG a notebook's outputs show; the width is in the PNG's header."""
+    import base64
+    import struct
+
+    for index, cell in enumerate(notebook.cells):
+        for output in cell.get("outputs", []):
+            png = output.get("data", {}).get("image/png")
+            if png:
+                yield index, struct.unpack(">I", base64.b64decode(png)[16:20])[0]
+
+
+def assert_lecture_acceptable(path: Path, notebook: nbformat.NotebookNode, seconds: float, meter: LoadMeter) -> None:
+    """The one definition of an acceptable executed lecture, whoever ran it (nbclient in tests/test_notebooks.py,
+    JupyterLab in tests/test_browser.py): kept for a GPU report where asked, within its budget (``seconds`` of wall
+    time under ``meter``), no error, no C++ library's log lines, no figure wider than JupyterLab shows unscaled."""
+    path = Path(path)
+    keep_executed(notebook, path.name, f"course/{path.name}", seconds)
+    assert_within_budget(path, seconds, meter)
+    assert output_errors(notebook) == []
+    assert library_log_lines(notebook) == []
+    too_wide = {f"cell {index}": width for index, width in figure_widths(notebook) if width > SHOWN_WIDTH_PX}
+    assert too_wide == {}, f"figures wider than the {SHOWN_WIDTH_PX} px JupyterLab shows unscaled (px): {too_wide}"
 
 
 def output_errors(notebook: nbformat.NotebookNode) -> list:

@@ -35,9 +35,9 @@ def _page_text(path) -> str:
 # (per device class), and fragments of hidden tests that feedback must not show.
 RELEASE_ROWS = {
     "01_gpu_basics": {"test_pairwise_speed": "FAILED: pairwise_sq_dists raised NotImplementedError"},
-    # Question 7's answer cell raises as released: the test's NameError names that cell (by question and grade_id) as its cause.
-    "02_architecture": {"test_launch_choice": "NameError: name 'best_block_size' is not defined — the cell that should define it raised earlier: "
-                                              "the answer cell (Question 7, grade_id launch_choice): NotImplementedError: replace this line"},
+    # Each stub names what to write and its question (autograder.build.name_stubs); none leaves a name undefined.
+    "02_architecture": {"test_launch_choice": "FAILED: launch_choice raised NotImplementedError: launch_choice is not written yet (Question 7): "
+                                              "replace this line with your solution"},
 }
 SOLUTION_ROWS = {"01_gpu_basics": {"test_pairwise_speed": {"cpu": "(needed 4×)", "cuda": "(needed 10×)"}}}
 HIDDEN_FRAGMENTS = {"01_gpu_basics": ("non-contiguous inputs", "x64")}

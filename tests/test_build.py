@@ -1,11 +1,15 @@
 """The single-source rule: generated notebooks and the release match what the build makes."""
 
+import re
 import shutil
 
 import nbformat
 import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from autograder import build
+from gpucourse.check import COURSE_FOLDERS
+from untouched_release import STUB_MESSAGE, untouched_release_problems
 
 GENERATED_INPUTS = ["course", "solutions", "assignments", "nbgrader_config.py"]
 
@@ -67,12 +71,12 @@ def test_every_code_solution_line_is_gone_from_the_release(repo_root):
         released_sources = "\n".join(cell.source for cell in released.cells if cell.cell_type == "code")
         given = {line.strip() for line in _outside_solutions(solution).splitlines()}  # code the students are given
         for cell in solution.cells:
-            if cell.cell_type != "code" or "### BEGIN SOLUTION" not in cell.source:
+            if cell.cell_type != "code":
                 continue
-            body = cell.source.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
-            for line in filter(None, (line.strip() for line in body.splitlines())):
-                if len(line) > 12 and line not in given:  # short lines such as "return n" can legitimately recur
-                    assert line not in released_sources, f"solution line {line!r} is in the release"
+            for body in re.findall(r"### BEGIN SOLUTION(.*?)### END SOLUTION", cell.source, flags=re.S):  # every block of the cell
+                for line in filter(None, (line.strip() for line in body.splitlines())):
+                    if len(line) > 12 and line not in given:  # short lines such as "return n" can legitimately recur
+                        assert line not in released_sources, f"solution line {line!r} is in the release"
 
 
 @pytest.mark.parametrize(
@@ -108,8 +112,6 @@ def test_duplicate_grade_ids_are_rejected(tmp_path):
 
 def _outside_solutions(notebook) -> str:
     """The source notebook's code with every solution block and hidden-test block cut out."""
-    import re
-
     code = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "code")
     code = re.sub(r"### BEGIN SOLUTION.*?### END SOLUTION", "", code, flags=re.S)
     return re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", "", code, flags=re.S)
@@ -277,3 +279,117 @@ def test_a_speed_item_must_check_its_timed_outputs(tmp_path):
     (tmp_path / "ok").mkdir()
     notebook, _ = _build_cells(tmp_path / "ok", SETUP, f"{GRADED}\nresult = timing.compare_speed(slow, fast, make_inputs, check=verify)")
     assert "check=verify" in notebook.cells[1].source
+
+
+# --- Stubs: what an untouched release defines, and what it says ------------------------------------
+
+ANSWER = '# %% nbgrader={"grade_id": "answer", "solution": true}'
+USES_F = '# %% nbgrader={"grade_id": "test_f", "grade": true, "points": 1}\nassert f(2) == 4'
+
+
+def test_every_answer_a_test_uses_is_released_as_a_stub_that_names_its_question(repo_root):
+    """Each test's answers are defined in the release (no NameError), by functions whose stub names them and their question."""
+    for source in build.assignment_sources(repo_root):
+        released = nbformat.read(repo_root / "assignments" / source.parent.name / source.with_suffix(".ipynb").name, as_version=4)
+        stubs = [line.strip() for cell in released.cells if build.is_solution(cell) and cell.cell_type == "code"
+                 for line in cell.source.splitlines() if "raise NotImplementedError" in line]
+        assert stubs, f"{source.parent.name}: no stub in the release"
+        for stub in stubs:
+            message = re.fullmatch(r'raise NotImplementedError\("(.*)"\)', stub)
+            assert message and STUB_MESSAGE.match(message[1]), f"{source.parent.name}: {stub}"
+
+
+@pytest.mark.parametrize("answer", [
+    "def f(x):\n    ### BEGIN SOLUTION\n    return x * x\n    ### END SOLUTION",  # the usual: the block in the body
+    "### BEGIN SOLUTION\n@decorate\n### END SOLUTION\ndef f(x):\n    ### BEGIN SOLUTION\n    return x * x\n    ### END SOLUTION",
+    "### BEGIN SOLUTION\ndef square(x):\n    return x * x\n### END SOLUTION\n\n\ndef f(x):\n    ### BEGIN SOLUTION\n    return square(x)\n"
+    "    ### END SOLUTION",  # a helper: a whole top-level block
+    "class F:\n    def __call__(self, x):\n        ### BEGIN SOLUTION\n        return x * x\n        ### END SOLUTION\n\n\nf = F()",
+])
+def test_an_answer_whose_release_defines_what_the_tests_use_builds(tmp_path, answer):
+    notebook, _ = _build_cells(tmp_path, f"{ANSWER}\n{answer}", USES_F)
+    assert "f" in build.defined_names(build.released_code(notebook.cells[0].source))
+
+
+@pytest.mark.parametrize("answer, found", [
+    ("### BEGIN SOLUTION\ndef f(x):\n    return x * x\n### END SOLUTION", "would not define f, which the other cells use"),
+    ("### BEGIN SOLUTION\n@decorate\ndef f(x):\n    return x * x\n### END SOLUTION", "would not define f"),
+    ("class F:\n    ### BEGIN SOLUTION\n    scale = 2\n    ### END SOLUTION", "lies in a class body or a top-level if/for/with"),
+    ("if True:\n    ### BEGIN SOLUTION\n    f = abs\n    ### END SOLUTION", "lies in a class body or a top-level if/for/with"),
+])
+def test_an_answer_released_as_a_bare_raise_is_refused(tmp_path, answer, found):
+    """Released, such a cell would stop at its stub before defining f: every test using f would fail with a NameError."""
+    message = _build_error(tmp_path, f"{ANSWER}\n{answer}", USES_F)
+    assert "cell 1 (answer 'answer')" in message and found in message, message
+
+
+def _released(*cells):
+    """A release as nbgrader leaves it: markdown and (grade_id, code) cells, each solution block replaced by its stub."""
+    notebook = new_notebook()
+    for cell in cells:
+        if isinstance(cell, str):
+            notebook.cells.append(new_markdown_cell(cell))
+        else:
+            meta = {"grade_id": cell[0], "solution": True, "grade": False, "locked": False, "checksum": "nbgrader's"}
+            code = re.sub(r"^([ \t]*)" + re.escape(build.STUB_RAISE), lambda stub: f"{stub[1]}# YOUR CODE HERE\n{stub[0]}",
+                          build.released_code(cell[1]), flags=re.M)
+            notebook.cells.append(new_code_cell(code, metadata={"nbgrader": meta}))
+    return notebook
+
+
+def test_name_stubs_names_the_function_and_its_question_and_drops_top_level_stubs():
+    notebook = _released("## Question 2: squares", ("answer", "### BEGIN SOLUTION\nHELPER = 1\n### END SOLUTION\n\n\nclass Squares:\n"
+                                                                "    def __init__(self):\n        ### BEGIN SOLUTION\n        pass\n        ### END SOLUTION"),
+                         "## Part B", ("other", "def g():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION"))
+    build.name_stubs(notebook)
+    first, second = notebook.cells[1], notebook.cells[3]
+    assert first.source == ('class Squares:\n    def __init__(self):\n        # YOUR CODE HERE\n        raise NotImplementedError('
+                            '"Squares is not written yet (Question 2): replace this line with your solution")')
+    assert STUB_MESSAGE.match(build.stub_message("Squares", "Question 2"))
+    assert second.source.endswith('raise NotImplementedError("g is not written yet: replace this line with your solution")')  # no question
+    from nbgrader.utils import compute_checksum
+
+    assert first.metadata.nbgrader["checksum"] == compute_checksum(first)
+
+
+def _executed(*cells):
+    """An executed release: markdown, and (grade_id or None, is_test, source, outputs) code cells."""
+    notebook = new_notebook()
+    for cell in cells:
+        if isinstance(cell, str):
+            notebook.cells.append(new_markdown_cell(cell))
+            continue
+        grade_id, test, code, outputs = cell
+        meta = {"nbgrader": {"grade_id": grade_id, "grade": test, "solution": not test, "points": 1}} if grade_id else {}
+        notebook.cells.append(new_code_cell(code, metadata=meta, outputs=outputs))
+    return notebook
+
+
+def _error(ename, evalue, *frames):
+    return new_output("error", ename=ename, evalue=evalue, traceback=["-" * 20, "Cell In[3], line 1\n----> 1 f(2)", *frames])
+
+
+STUB_ERROR = _error("NotImplementedError", "f is not written yet (Question 1): replace this line with your solution",
+                    "Cell In[2], line 3, in f(x)\n----> 3     raise NotImplementedError(...)")
+
+
+@pytest.mark.parametrize("test_outputs, answer_outputs, found", [
+    ([STUB_ERROR], [], None),
+    ([_error("NameError", "name 'f' is not defined")], [], "raised NameError: name 'f' is not defined (not a stub's message)"),
+    ([], [], "test_f: passed, untouched"),
+    ([STUB_ERROR], [_error("NotImplementedError", "replace this line with your solution")], "in a cell that is no test"),
+    ([_error("NotImplementedError", "f is not written yet (Question 1): replace this line with your solution",
+             f"File {COURSE_FOLDERS[0]}check.py:12, in answers_only()", "File /work/lib/torch/nn.py:3, in f()")], [], "gpucourse/check.py"),
+    ([_error("NotImplementedError", "f is not written yet (Question 2): replace this line with your solution")], [], "a question after"),
+    ([new_output("error", ename="NotImplementedError", evalue=STUB_ERROR.evalue, traceback=["Cell In[3], line 2\n      1 f(2)\n----> 2 hidden()"])], [],
+     "raised at 'hidden()', not a line of the cell as released"),
+])
+def test_untouched_release_problems_finds_each_kind(test_outputs, answer_outputs, found):
+    executed = _executed("## Question 1: f", ("answer", False, "def f(x):\n    raise NotImplementedError(...)", answer_outputs),
+                         ("test_f", True, "f(2)\nhidden()", test_outputs))
+    release = _executed("## Question 1: f", ("test_f", True, "f(2)", []))
+    problems = untouched_release_problems(executed, release)
+    if found is None:
+        assert problems == []
+    else:
+        assert any(found in problem for problem in problems), problems

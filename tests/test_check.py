@@ -1,4 +1,5 @@
 import math
+import sys
 
 import pytest
 import torch
@@ -147,3 +148,96 @@ def test_a_candidate_slower_than_its_baseline_is_said_to_be_as_fast_not_faster()
     assert str(result).startswith("0.21× as fast (middle half of rounds 0.18–0.24×")
     with pytest.raises(check.TimingFailure, match=r"measured 0.21× as fast, need 0.3×"):
         check.assert_speedup(result, 0.3, name="lstm")
+
+
+# --- Untouched answers, and the tracebacks a student reads -------------------------------------------
+
+
+def _stub(x, y=2):
+    """A release's stub, as autograder.build.name_stubs leaves it."""
+    raise NotImplementedError("f is not written yet (Question 1): replace this line with your solution")
+
+
+def _written(x, y=2):
+    return x + y
+
+
+class _Kernel:
+    """What @triton.jit (``fn``) or numba's @njit (``py_func``) returns, as far as check.written looks."""
+
+    def __init__(self, **attributes):
+        self.__dict__.update(attributes)
+
+
+@pytest.mark.parametrize("kernel", [_stub, _Kernel(fn=_stub), _Kernel(py_func=_stub)])
+def test_written_raises_a_stubs_own_error(kernel):
+    with pytest.raises(NotImplementedError, match=r"^f is not written yet \(Question 1\)") as raised:
+        check.written(kernel)
+    assert raised.traceback[-1].name == "_stub"  # raised by the stub's own line, which the student sees
+
+
+@pytest.mark.parametrize("kernel", [_written, _Kernel(fn=_written), len, _Kernel()])
+def test_written_returns_anything_else_as_it_is(kernel):
+    assert check.written(kernel) is kernel
+
+
+def _through_the_course():
+    """A failure raised inside gpucourse (check.py), as a test cell's failed check is, chained to one raised here."""
+    try:
+        raise ValueError("the cause, raised outside the course")
+    except ValueError:
+        check.assert_equal(1, 2, name="x")
+
+
+def _frames(tb) -> list[str]:
+    names = []
+    while tb is not None:
+        names.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    return names
+
+
+def test_course_frames_are_left_out_of_what_a_student_is_shown():
+    try:
+        _through_the_course()
+    except AssertionError as error:
+        failure = error
+    assert "assert_equal" in _frames(failure.__traceback__)
+
+    class Shell:
+        def showtraceback(self, exc_tuple, tb_offset=None, running_compiled_code=False):
+            self.shown = exc_tuple
+
+    shell = Shell()
+    check.show_without_course_frames(shell, AssertionError, failure, failure.__traceback__)
+    etype, value, tb = shell.shown
+    assert value is failure and _frames(tb) == ["test_course_frames_are_left_out_of_what_a_student_is_shown", "_through_the_course"]
+    assert _frames(value.__context__.__traceback__) == ["_through_the_course"]  # the chained error keeps its own frame
+
+
+def test_the_filter_is_installed_only_in_an_ipython_shell_without_another_handler(monkeypatch):
+    class Shell:
+        custom_exceptions = ()
+
+        def set_custom_exc(self, exceptions, handler):
+            self.custom_exceptions, self.CustomTB = exceptions, handler
+
+    class IPython:
+        shell = None
+
+        @classmethod
+        def get_ipython(cls):
+            return cls.shell
+
+    monkeypatch.setitem(sys.modules, "IPython", IPython)
+    monkeypatch.delenv(check.FULL_TRACEBACKS_ENV, raising=False)
+    assert not check.hide_course_frames_in_ipython()  # no shell: a plain Python process (a grader's worker)
+    IPython.shell = Shell()
+    assert check.hide_course_frames_in_ipython() and IPython.shell.custom_exceptions == (Exception,)
+    assert check.hide_course_frames_in_ipython()  # again (gpucourse reloaded): still ours, installed again
+    IPython.shell = Shell()
+    IPython.shell.custom_exceptions, IPython.shell.CustomTB = (KeyError,), print
+    assert not check.hide_course_frames_in_ipython()  # someone else's handler stays
+    IPython.shell = Shell()
+    monkeypatch.setenv(check.FULL_TRACEBACKS_ENV, "1")
+    assert not check.hide_course_frames_in_ipython()  # staff debugging the course see every frame

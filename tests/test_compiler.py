@@ -414,3 +414,93 @@ def test_a_compile_past_its_time_stops_the_server_and_the_next_one_starts_afresh
         compiler.run_compiler(request, timeout=1)
     assert server.process.poll() is not None
     assert compiler.run_compiler({**SIMPLE_REQUEST, "ptxas": compiler.find_ptxas()})["status"] == "ok"
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton: the launch's specializations and options (what lecture 07 reads in the PTX)
+
+
+def _worker():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compile_worker", Path(compiler.__file__).with_name("_compile_worker.py"))
+    worker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(worker)
+    return worker
+
+
+def types_namespace(**fields):
+    import types as pytypes
+
+    return pytypes.SimpleNamespace(**fields)
+
+
+def test_a_triton_signature_is_specialized_as_a_launch_specializes_it():
+    """An int equal to 1 becomes a constant, ints and aligned addresses that are multiples of 16 are marked divisible
+    (triton/runtime/jit.py), unless the kernel asks not to be specialized on them."""
+    def param(name, constexpr=False, plain=False, unaligned=False):
+        return types_namespace(name=name, is_constexpr=constexpr, do_not_specialize=plain, do_not_specialize_on_alignment=unaligned)
+
+    names = ["a", "b", "one", "n", "m", "kept", "odd_ok", "BLOCK"]
+    kernel = types_namespace(__name__="k", arg_names=names, params=[param("a"), param("b"), param("one"), param("n"), param("m"),
+                                                                    param("kept", plain=True), param("odd_ok", unaligned=True),
+                                                                    param("BLOCK", constexpr=True)])
+    descriptor = {"args": [{"type": "*fp16", "aligned": True}, {"type": "*fp16", "aligned": False}, {"type": "i32", "value": 1},
+                           {"type": "i32", "value": 4096}, {"type": "i32", "value": 37}, {"type": "i32", "value": 1},
+                           {"type": "i64", "value": 2**40}],
+                  "kwargs": {"BLOCK": {"type": "i32", "value": 64}}}
+    signature, constexprs, attrs = _worker()._triton_signature(kernel, descriptor)
+    assert signature == {"a": "*fp16", "b": "*fp16", "one": "constexpr", "n": "i32", "m": "i32", "kept": "i32", "odd_ok": "i64",
+                         "BLOCK": "constexpr"}
+    assert constexprs == {"one": 1, "BLOCK": 64}
+    assert attrs == {(0,): [["tt.divisibility", 16]], (3,): [["tt.divisibility", 16]]}
+
+
+def test_a_tensor_argument_says_whether_its_address_is_16_aligned():
+    torch = pytest.importorskip("torch")
+    from gpucourse.triton_compiler import argument_descriptor
+
+    x = torch.zeros(64, dtype=torch.float16)
+    assert argument_descriptor(x) == {"type": "*fp16", "aligned": x.data_ptr() % 16 == 0}
+    assert argument_descriptor(x[1:]) == {"type": "*fp16", "aligned": False}  # 2 bytes past an aligned address
+
+
+TILE_PRODUCT = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def tile_product(a_ptr, b_ptr, c_ptr, K, stride_a, stride_b, stride_c, BLOCK: tl.constexpr, BLOCK_K: tl.constexpr):
+    rows = tl.arange(0, BLOCK)
+    depth = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + rows[:, None] * stride_a + (k + depth)[None, :])
+        b = tl.load(b_ptr + (k + depth)[:, None] * stride_b + rows[None, :])
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rows[:, None] * stride_c + rows[None, :], acc.to(tl.float16))
+'''
+
+
+@pytest.mark.slow
+def test_a_triton_kernel_is_compiled_with_the_launchs_warps_stages_and_alignment(tmp_path, monkeypatch):
+    """num_warps and num_stages (not Triton's defaults, 4 and 3) reach Triton; with the launch's alignment facts the loads
+    are cp.async copies into shared memory; each of the 8 warps issues its share of the m16n8k16 products."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from gpucourse.triton_compiler import triton_compile_report
+    from gpucourse.triton_source import triton_source
+
+    (tmp_path / "tile_product_kernel.py").write_text(TILE_PRODUCT)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from tile_product_kernel import tile_product
+
+    half = torch.empty(16, 16, dtype=torch.float16)
+    report = triton_compile_report(triton_source(tile_product), (half, half, half, 1024, 1024, 1024, 1024), {"BLOCK": 64, "BLOCK_K": 32},
+                                   num_warps=8, num_stages=4)
+    assert (report.num_warps, report.num_stages, report.arch) == (8, 4, "sm_80")
+    ptx = [line.strip() for line in report.ptx.splitlines()]
+    assert sum(line.startswith("mma.sync.aligned.m16n8k16.") for line in ptx) == 64 * 64 * 32 // (16 * 8 * 16) // 8
+    assert any(line.startswith("cp.async.") for line in ptx), "aligned row-major operands should be copied by cp.async"
+    assert report.shared_bytes >= 2 * (64 * 32 + 32 * 64) * 2, "4 stages keep more than one K step of tiles in shared memory"

@@ -97,3 +97,192 @@ def test_mkl_unary_kernels_are_settled_on_import(monkeypatch):
     devices.settle_mkl_unary_kernels()
     expected = [(name, dtype, 1) for dtype in (torch.float32, torch.float64) for name in devices.MKL_UNARY_OPS]
     assert calls == (expected if torch.backends.mkl.is_available() else [])
+
+
+# --- compile_support: whether torch.compile can run, and what is missing where it cannot ---
+
+# The fixture and _on below replace these; the tests of each put the real one back.
+_real_probe, _real_headers_found = devices._probe_compile, devices._python_headers_found
+
+
+@pytest.fixture
+def compile_env(monkeypatch):
+    """A fresh compile_support (no cached answer, no note printed yet), unaffected by the caller's environment;
+    the probe must not run unless a test says what it returns."""
+    for name in (devices.NO_COMPILE_VAR, "CXX", "OMP_PREFIX", "CONDA_PREFIX", "HOMEBREW_PREFIX", "GPUCOURSE_DEVICE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(devices, "_probe_compile", lambda kind: pytest.fail("the probe ran although the toolchain was incomplete"))
+    devices._compile_support.cache_clear()
+    devices._note_eager_fallback.cache_clear()
+    yield monkeypatch
+    devices._compile_support.cache_clear()  # the next caller in this process probes the real machine
+    devices._note_eager_fallback.cache_clear()
+
+
+def _on(monkeypatch, system, *, compiler_version=None, headers=True):
+    """This process seen as ``system`` (a sys.platform value) with the C++ compiler answering ``compiler_version``
+    (None: not installed) and Python.h present or not."""
+    monkeypatch.setattr(devices, "_platform", lambda: system)
+    monkeypatch.setattr(devices.shutil, "which", lambda name: f"/usr/bin/{name}" if compiler_version else None)
+    monkeypatch.setattr(devices, "_compiler_version", lambda name: compiler_version)
+    monkeypatch.setattr(devices, "_python_headers_found", lambda system: headers)
+
+
+@pytest.mark.parametrize("system, expected, absent", [
+    ("linux", ["g++", "`apt install g++`"], ["xcode", "libomp", "cl.exe"]),
+    ("darwin", ["`xcode-select --install`", "`brew install libomp`"], ["apt install g++", "cl.exe"]),
+    ("win32", ["cl.exe", "Desktop development with C++", "vcvars64.bat"], ["apt install g++", "libomp"]),
+])
+def test_compile_support_names_what_each_platform_lacks_and_how_to_install_it(compile_env, system, expected, absent):
+    _on(compile_env, system)
+    support = devices.compile_support("cpu")
+    assert not support.ok
+    assert all(words in support.reason for words in expected), support.reason
+    assert not any(words in support.reason for words in absent), support.reason
+    assert support.reason.endswith(f"({devices.INDUCTOR_SOURCE}).") and support.reason.count(". ") == 0  # one sentence, sourced
+
+
+def test_compile_support_on_macos_asks_for_openmp_only_where_apples_clang_lacks_it(compile_env, tmp_path):
+    _on(compile_env, "darwin", compiler_version="Apple clang version 15.0.0 (clang-1500.3.9.4)")
+    support = devices.compile_support("cpu")
+    assert not support.ok and "`brew install libomp`" in support.reason and "xcode-select" not in support.reason
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "omp.h").write_text("")
+    compile_env.setenv("OMP_PREFIX", str(tmp_path))  # one of the places Inductor looks (_get_openmp_args)
+    compile_env.setattr(devices, "_probe_compile", lambda kind: None)
+    devices._compile_support.cache_clear()
+    assert devices.compile_support("cpu").ok
+    compile_env.delenv("OMP_PREFIX")
+    _on(compile_env, "darwin", compiler_version="Homebrew clang version 18.1.8")  # LLVM's own clang brings OpenMP
+    devices._compile_support.cache_clear()
+    assert devices.compile_support("cpu").ok
+
+
+def test_compile_support_names_missing_python_headers(compile_env, tmp_path):
+    _on(compile_env, "linux", compiler_version="g++ (Ubuntu 13.2.0) 13.2.0", headers=False)
+    support = devices.compile_support("cpu")
+    assert not support.ok and "Python.h" in support.reason and "python3-dev" in support.reason and "apt install g++" not in support.reason
+    compile_env.setattr(devices.sysconfig, "get_path", lambda name, scheme=None: str(tmp_path))
+    assert not _real_headers_found("linux")
+    (tmp_path / "Python.h").write_text("")
+    assert _real_headers_found("linux")
+
+
+def test_compile_support_reports_the_first_line_of_a_failed_probe_once_per_process(compile_env):
+    _on(compile_env, "linux", compiler_version="g++ (GCC) 14.2.0")
+    error = "InvalidCxxCompiler: No working C++ compiler found in torch._inductor.config.cpp.cxx\n\nSet TORCHDYNAMO_VERBOSE=1 for more"
+    tries = []
+
+    def failing_compile(fn, **options):
+        def call(*args):
+            tries.append(args)
+            raise RuntimeError(error)
+        return call
+
+    compile_env.setattr(devices, "_probe_compile", _real_probe)
+    compile_env.setattr(devices.torch, "compile", failing_compile)
+    for _ in range(2):
+        support = devices.compile_support("cpu")
+    assert not support.ok and support.reason.endswith("No working C++ compiler found in torch._inductor.config.cpp.cxx.")
+    assert "TORCHDYNAMO_VERBOSE" not in support.reason and len(tries) == 1
+
+
+def test_compile_support_passes_a_working_probe(compile_env):
+    _on(compile_env, "linux", compiler_version="g++ (GCC) 14.2.0")
+    compile_env.setattr(devices, "_probe_compile", _real_probe)
+    compile_env.setattr(devices.torch, "compile", lambda fn, **options: fn)  # "compiles" without Inductor: the test stays quick
+    support = devices.compile_support("cpu")
+    assert support.ok and support.reason == "" and support.label("compiled chain") == "compiled chain"
+
+
+def test_no_compile_variable_says_no_without_probing(compile_env):
+    compile_env.setenv(devices.NO_COMPILE_VAR, "1")
+    support = devices.compile_support("cpu")
+    assert not support.ok and devices.NO_COMPILE_VAR in support.reason
+    compile_env.setenv(devices.NO_COMPILE_VAR, "0")  # "0" is unset: the platform decides
+    _on(compile_env, "linux")
+    assert "apt install g++" in devices.compile_support("cpu").reason
+
+
+def test_compile_or_eager_falls_back_to_the_function_and_labels_it_eager(compile_env, capsys):
+    compile_env.setenv(devices.NO_COMPILE_VAR, "1")
+
+    def step(x):
+        return x + 1
+
+    assert devices.compile_or_eager(step) is step
+    assert devices.compile_or_eager(dynamic=True)(step) is step  # as a decorator with options
+    printed = capsys.readouterr().out
+    assert printed.count("[eager fallback]") == 1 and devices.NO_COMPILE_VAR in printed  # the note once, with its reason
+    label = devices.compile_support().label("+ torch.compile")
+    assert label == "+ torch.compile (not compiled)"
+
+
+def test_compile_or_eager_compiles_where_supported(compile_env, capsys):
+    compiled = []
+    _on(compile_env, "linux", compiler_version="g++ (GCC) 14.2.0")
+    compile_env.setattr(devices, "_probe_compile", lambda kind: None)
+    compile_env.setattr(devices.torch, "compile", lambda fn, **options: compiled.append(options) or "compiled")
+    assert devices.compile_or_eager(lambda x: x, dynamic=True) == "compiled" and compiled == [{"dynamic": True}]
+    assert capsys.readouterr().out == ""
+
+
+def test_compile_or_explain_says_why_and_what_the_cell_would_show(compile_env, capsys):
+    _on(compile_env, "win32")
+    assert devices.compile_or_explain("one fused C++ loop", "cpu") is False
+    printed = capsys.readouterr().out
+    assert "cannot run here" in printed and "cl.exe" in printed and "one fused C++ loop" in printed
+
+
+def _code_lines(path):
+    return [line for line in path.read_text().splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_no_lecture_looks_for_a_compiler_itself():
+    """Lectures ask gpucourse.devices.compile_support (one home: each platform's needs, and a probe), never
+    shutil.which("g++") and the like, and go through compile_or_eager or compile_or_explain to compile with Inductor."""
+    import re
+
+    from autograder.build import REPO_ROOT, lecture_sources
+
+    own_check = re.compile(r"""which\(\s*["'](g\+\+|c\+\+|gcc|clang\+\+|clang|cl|cl\.exe)["']""")
+    inductor = re.compile(r"torch\.compile\((?![^)]*backend=)|\.compile\(\)")
+    for path in lecture_sources(REPO_ROOT):
+        lines = _code_lines(path)
+        assert not [line for line in lines if own_check.search(line)], f"{path.name} looks for a C++ compiler itself"
+        if any(inductor.search(line) for line in lines):
+            assert any("compile_or_explain(" in line for line in lines), f"{path.name} compiles with Inductor without a guard"
+        if any("compile_or_eager(" in line for line in lines):
+            assert any(".label(" in line for line in lines), f"{path.name} times compile_or_eager's result without labelling it"
+
+
+def test_compile_support_names_the_compiler_cxx_chose(compile_env):
+    """$CXX replaces the platform's compiler (torch/_inductor/config.py, cpp.cxx; cl on Windows): the reason names it."""
+    compile_env.setenv("CXX", "/opt/llvm/bin/clang++")
+    for system in ("linux", "win32"):
+        _on(compile_env, system)
+        devices._compile_support.cache_clear()
+        assert "(/opt/llvm/bin/clang++)" in devices.compile_support("cpu").reason
+
+
+def test_a_failed_cpp_build_is_reported_with_the_compilers_own_error_line():
+    """macOS without OpenMP: Inductor's CppCompileError (torch/_inductor/exc.py) says "C++ compile error", then the
+    command, then the compiler's output, whose error line is what names the missing piece."""
+    message = ("InductorError: CppCompileError: C++ compile error\n\nCommand:\nclang++ /tmp/x.cpp -Xclang -fopenmp -o /tmp/x.so\n\n"
+               "Output:\nIn file included from /tmp/x.cpp:2:\n/tmp/cpp_prefix.h:5:10: fatal error: 'omp.h' file not found\n1 error generated.")
+    assert devices._first_line(message) == ("InductorError: CppCompileError: C++ compile error: "
+                                            "/tmp/cpp_prefix.h:5:10: fatal error: 'omp.h' file not found")
+    assert devices._first_line("InvalidCxxCompiler: No working C++ compiler found\n\nSet TORCHDYNAMO_VERBOSE=1") == \
+        "InvalidCxxCompiler: No working C++ compiler found"
+
+
+def test_the_cache_line_is_read_from_sysfs_else_from_sysctl(tmp_path, monkeypatch):
+    """Lectures 03 and 07 read the line size here: Linux's sysfs first, else macOS's sysctl (128 on an M1), else None."""
+    (tmp_path / "index0").mkdir()
+    (tmp_path / "index0" / "coherency_line_size").write_text("64\n")
+    assert devices.cache_line_bytes(tmp_path) == 64
+    answers = iter(["128\n", ""])
+    monkeypatch.setattr(devices.subprocess, "run", lambda *args, **kwargs: types.SimpleNamespace(stdout=next(answers)))
+    no_sysfs = tmp_path / "elsewhere"
+    assert devices.cache_line_bytes(no_sysfs) == 128
+    assert devices.cache_line_bytes(no_sysfs) is None

@@ -23,6 +23,7 @@ from course_helpers import (
     release,
     source,
 )
+from untouched_release import untouched_release_problems
 
 pytestmark = pytest.mark.slow
 
@@ -75,6 +76,14 @@ class RoundTrip:
         items = [item for item in graded["untouched"].values() if item.autograded]
         earned = {item.grade_id: item.score for item in items if item.score != 0}
         assert earned == {}, f"an untouched notebook earned points: {earned}"
+
+    def test_untouched_release_fails_only_at_its_stubs(self, round_trip):
+        """nbgrader's executed copy of the untouched release, as a student running it sees it (module 02's in a
+        browser: test_browser.py): each test cell fails, in its visible part, with a stub's one-line message that
+        names what to write and its question; no traceback shows the course's own code; nothing else fails."""
+        executed = round_trip[0] / "autograded" / "untouched" / self.module / f"{self.module}.ipynb"
+        problems = untouched_release_problems(nbformat.read(executed, as_version=4), nbformat.read(release(self.module), as_version=4))
+        assert problems == [], "\n".join(problems)
 
     def test_written_answers_are_left_for_the_instructor(self, graded):
         manual = [item for item in graded["reference"].values() if not item.autograded]

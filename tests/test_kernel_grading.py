@@ -438,7 +438,8 @@ VARIANTS_05 = {
         "    computed = [streams.launch(fn, x, stream=compute) for x in on_device]\n"
         "    results = [streams.to_host(y, stream=copies) for y in computed]\n    streams.synchronize()\n    return results\n"
     ), "test_overlap_makespan", "race"),
-    # The same three streams ordered by events: correct.
+    # The same three streams ordered by events, every chunk's buffers kept on the device. Before: correct; now the item
+    # also bounds the device footprint (4 chunks' input and output buffers) and this holds all 24.
     "with_events": ("overlapped_map", MAP_HEAD + (
         "    copy_in, compute, copy_out = streams.Stream(), streams.Stream(), streams.Stream()\n"
         "    on_device, loaded = [], []\n    for chunk in chunks:\n"
@@ -447,14 +448,39 @@ VARIANTS_05 = {
         "        computed.append(streams.launch(fn, x, stream=compute))\n        done.append(streams.Event())\n        done[-1].record(compute)\n"
         "    results = []\n    for y, ready in zip(computed, done):\n        copy_out.wait_event(ready)\n"
         "        results.append(streams.to_host(y, stream=copy_out))\n    streams.synchronize()\n    return results\n"
-    ), ("test_overlap_correct", "test_overlap_makespan"), None),
-    # Depth-first issue (the lecture's chunk_by_chunk): as good as breadth-first with a copy engine per direction, which
-    # every card of gpu_specs has (the one-copy-engine issue-order trap is graded in pipeline_makespan only): correct.
+    ), "test_overlap_makespan", "chunks' input and output buffers; at most 4"),
+    # Depth-first issue (the lecture's chunk_by_chunk), a stream and fresh buffers per chunk. Before: correct; now every
+    # chunk stays allocated (a buffer released on one stream is never reused by another), over the footprint's bound.
     "depth_first": ("overlapped_map", MAP_HEAD + (
         "    results = []\n    for chunk in chunks:\n        lane = streams.Stream()\n"
         "        results.append(streams.to_host(streams.launch(fn, streams.to_device(chunk, stream=lane), stream=lane), stream=lane))\n"
         "    streams.synchronize()\n    return results\n"
+    ), "test_overlap_makespan", "chunks' input and output buffers; at most 4"),
+    # Depth-first on three streams, a slot per stream, fresh buffers released once the copy out is issued: a stream runs
+    # in order, so its next allocation reuses its own released blocks safely: correct (3 chunks' buffers).
+    "release_per_slot_stream": ("overlapped_map", MAP_HEAD + (
+        "    lanes = [streams.Stream() for _ in range(3)]\n    results = []\n    for i, chunk in enumerate(chunks):\n"
+        "        lane = lanes[i % 3]\n        x = streams.to_device(chunk, stream=lane)\n        y = streams.launch(fn, x, stream=lane)\n"
+        "        results.append(streams.to_host(y, stream=lane))\n        streams.release(x)\n        streams.release(y)\n"
+        "    streams.synchronize()\n    return results\n"
     ), ("test_overlap_correct", "test_overlap_makespan"), None),
+    # Issue 48: every chunk resident, a stream per chunk, breadth-first (the reference before issue 48). Now it holds all
+    # 24 chunks' buffers, and 24 streams share the model's 8 hardware queues (2.1x the bound): loses the item.
+    "all_chunks_resident": ("overlapped_map", MAP_HEAD + (
+        "    lanes = [streams.Stream() for _ in chunks]\n"
+        "    on_device = [streams.to_device(chunk, stream=lane) for chunk, lane in zip(chunks, lanes)]\n"
+        "    computed = [streams.launch(fn, x, stream=lane) for x, lane in zip(on_device, lanes)]\n"
+        "    results = [streams.to_host(y, stream=lane) for y, lane in zip(computed, lanes)]\n"
+        "    streams.synchronize()\n    return results\n"
+    ), "test_overlap_makespan", "chunks' input and output buffers; at most 4"),
+    # Issue 48: the reference's three slots and streams without the events that guard reuse: a slot's input is copied
+    # into while the kernel of three chunks before may still read it (write after read): loses the item.
+    "slots_without_guard": ("overlapped_map", lambda given: given.replace(
+        "        if computed[k] is not None:  # the slot's input is still read by the kernel of chunk i - slots\n"
+        "            copy_in.wait_event(computed[k])\n", "").replace(
+        "        if copied[k] is not None:  # the slot's output is still read by the copy out of chunk i - slots\n"
+        "            compute.wait_event(copied[k])\n", ""),
+        "test_overlap_makespan", "write after read"),
     # A stream per chunk, but the host waits for each chunk to come back before it sends the next: nothing overlaps.
     # (Waiting after each copy in alone costs little: the copies in run one at a time on their engine anyway.)
     "synchronous": ("overlapped_map", MAP_HEAD + (
@@ -471,8 +497,7 @@ VARIANTS_05 = {
     ), "test_overlap_makespan", "need at most 1.10×"),
     # No wait before returning: the host would read results whose copies are still running.
     "no_synchronize": ("overlapped_map",
-                       lambda given: given.replace("    for lane in lanes:  # the host waits for every copy out before it reads a result\n"
-                                                   "        lane.synchronize()\n", ""),
+                       lambda given: given.replace("    streams.synchronize()  # the host waits for every copy out before it reads a result\n", ""),
                        "test_overlap_makespan", "race"),
     # No prefetching (each item loaded when asked for), with the student's process making every sleep free: the
     # loads' latency and the compute are the grader's, so it is exactly as slow as load_one_by_one.
@@ -562,21 +587,30 @@ VARIANTS_05 = {
     # The map's function launched as a kernel of the answer's own that takes no time. Before: refused by accident (the
     # rebuilt kernel could not be called); now launch says a kernel's time is the grader's.
     "kernel_made_free": ("overlapped_map", lambda given: given.replace(
-        "streams.launch(fn, x, stream=lane)", "streams.launch(streams.kernel(fn, seconds=0.0), x, stream=lane)"),
+        "streams.launch(fn, inputs[k], stream=compute", "streams.launch(streams.kernel(fn, seconds=0.0), inputs[k], stream=compute"),
         ("test_overlap_correct", "test_overlap_makespan"), "launch the function you were given as it is"),
-    # Labels are labels: a copy-out stream labelled "host", ordered by an event per chunk, and a wait before returning.
+    # Labels are labels: three slot streams labelled "default", a copy-out stream labelled "host", ordered by an event per
+    # chunk (the slot's output rewritten after its copy out, on an event labelled "host" too), and a wait before returning.
+    # (Before issue 48 a stream and fresh buffers per chunk: now over the footprint's bound, so it keeps 3 slots.)
     "copy_out_stream_labelled_host": ("overlapped_map", MAP_HEAD + (
-        "    lanes, out = [streams.Stream('default') for _ in chunks], streams.Stream('host')\n"
-        "    computed = [streams.launch(fn, streams.to_device(c, stream=l), stream=l) for c, l in zip(chunks, lanes)]\n"
-        "    results = []\n    for y, lane in zip(computed, lanes):\n        done = streams.Event('host')\n        done.record(lane)\n"
-        "        out.wait_event(done)\n        results.append(streams.to_host(y, stream=out))\n    out.synchronize()\n    return results\n"
+        "    lanes, out = [streams.Stream('default') for _ in range(3)], streams.Stream('host')\n"
+        "    xs, ys, sent, results = [None] * 3, [None] * 3, [None] * 3, []\n"
+        "    for i, c in enumerate(chunks):\n        k = i % 3\n"
+        "        if sent[k] is not None:\n            lanes[k].wait_event(sent[k])\n"
+        "        xs[k] = streams.to_device(c, stream=lanes[k], out=xs[k])\n"
+        "        ys[k] = streams.launch(fn, xs[k], stream=lanes[k], out=ys[k])\n"
+        "        done = streams.Event('host')\n        done.record(lanes[k])\n        out.wait_event(done)\n"
+        "        results.append(streams.to_host(ys[k], stream=out))\n"
+        "        sent[k] = streams.Event('host')\n        sent[k].record(out)\n"
+        "    out.synchronize()\n    return results\n"
     ), ("test_overlap_correct", "test_overlap_makespan"), None),
     # Issue 46: the course's own simulator, extrapolated from 64 chunks. Before: full marks (every case was exact by 64
     # chunks or linear after); now the hidden tests draw a one-copy-engine pipeline whose pace changes after 10**8 to 10**9 chunks.
     "simulated_makespan": ("pipeline_makespan", (
         "def pipeline_makespan(n_chunks, h2d, compute, d2h, copy_engines=2):\n"
         "    if n_chunks < 0 or min(h2d, compute, d2h) < 0 or copy_engines < 1:\n        raise ValueError('bad input')\n"
-        "    def simulated(n):\n        return stream_model.pipeline(n, h2d, compute, d2h, copy_engines=copy_engines).simulate().makespan\n"
+        "    def simulated(n):\n        return stream_model.pipeline(n, h2d, compute, d2h, copy_engines=copy_engines,\n"
+        "                                     queues='per-engine').simulate().makespan\n"
         "    if n_chunks <= 64:\n        return simulated(n_chunks)\n"
         "    return simulated(64) + (n_chunks - 64) * (simulated(64) - simulated(63))\n"
     ), "test_pipeline_makespan", "(drawn): expected"),
@@ -688,7 +722,7 @@ VARIANTS_06 = {
         "    torch.nn.functional.gelu(x_ptr)\n"
     ), "test_bias_gelu_kernel", "torch"),
     # No mask on the store: the last block writes past the output.
-    "unmasked_store": ("bias_gelu_kernel", lambda given: given.replace(", mask=inside)\n### END", ")\n### END"),
+    "unmasked_store": ("bias_gelu_kernel", lambda given: given.replace(", mask=inside)\n    ### END", ")\n    ### END"),
                        "test_bias_gelu_kernel", "wrote past the end"),
     # No mask on the loads: the store's mask drops what the last block read past x, but a GPU may fault there.
     # The grader's interpreter checks every load's addresses (its launcher's launches too).

@@ -20,6 +20,14 @@ def ax():
     plt.close(fig)
 
 
+@pytest.fixture
+def wide_ax():
+    """Axes of lecture 05's one-panel timeline figure (9.4 × 3 inches)."""
+    fig, axes = plt.subplots(figsize=(9.4, 3.0))
+    yield axes
+    plt.close(fig)
+
+
 def test_versus_size_draws_the_data_on_a_log2_axis(ax):
     """versus_size plots exactly the given points, log2 in x, with the kind in the legend."""
     line = plots.versus_size(ax, [64, 128, 256], [1.0, 2.5, 4.0], label="this CPU", ylabel="GFLOP/s")
@@ -234,6 +242,47 @@ def test_versus_size_labels_large_sizes_without_an_offset(ax):
     assert ax.xaxis.get_offset_text().get_text() == ""
 
 
+def test_loop_order_axes_label_the_low_rates_and_every_size():
+    """Lecture 07's loop-order figure: with rates from 0.16 to 160 GFLOP/s no value below 1 was labelled, so 0.16 and 0.33
+    could not be read, and n = 384, between two powers of two, had no label. Every point now lies within half a decade
+    of a labelled rate, every size is labelled, and no two labels overlap."""
+    sizes = [64, 128, 256, 384, 512]
+    rates = {"ijk": [1.1, 0.9, 0.6, 0.5, 0.45], "ikj": [8, 9, 9.5, 9, 8.5], "jki": [0.9, 0.5, 0.33, 0.16], "np.dot": [40, 80, 120, 150, 160]}
+    fig, ax = plt.subplots(figsize=(9.4, 4.2))
+    try:
+        for name, values in rates.items():
+            plots.versus_size(ax, sizes[:len(values)], values, label=name, logy=True, xlabel="matrix side n (float32)", ylabel="GFLOP/s")
+        ax.legend(fontsize=plots.MIN_LABEL_POINTS, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+        fig.tight_layout()
+        fig.canvas.draw()
+        labelled = [float(label.get_text()) for label in visible_tick_labels(ax.yaxis)]
+        far = [value for values in rates.values() for value in values if min(abs(np.log10(value / tick)) for tick in labelled) > 0.5]
+        assert far == [], f"rates more than half a decade from a labelled one ({labelled})"
+        assert [label.get_text() for label in visible_tick_labels(ax.xaxis)] == ["64", "128", "256", "384", "512"]
+        assert overlapping(visible_tick_labels(ax.yaxis)) == [] and overlapping(visible_tick_labels(ax.xaxis)) == []
+    finally:
+        plt.close(fig)
+
+
+def test_extra_tick_labels_only_where_they_have_room():
+    """Lecture 01's matmul sizes: 768 is labelled between 512 and 1024, but 10000, a hair from 8192, is not; over seven
+    decades of seconds, a step between decades is added at a bare end only where its label clears the decade's."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7.6))
+    try:
+        plots.versus_size(top, [64, 128, 256, 512, 768, 1024], [20, 40, 50, 55, 52, 50], label="cpu", ylabel="GFLOP/s")
+        plots.versus_size(top, [256, 512, 1024, 2048, 4096, 8192, 10_000], [300, 2e3, 8e3, 1.2e4, 1.4e4, 1.45e4, 1.46e4], label="gpu", logy=True)
+        sizes = [64, 128, 256, 512, 1024, 2048, 4096, 10_000]
+        plots.versus_size(bottom, sizes, [2 * n**3 / 60e9 for n in sizes], label="model", kind="modelled", logy=True)
+        fig.tight_layout()  # as lecture 01 lays it out: the room for 768 is that of the final layout
+        fig.canvas.draw()
+        sizes_labelled = [label.get_text() for label in visible_tick_labels(top.xaxis)]
+        assert "768" in sizes_labelled and "10000" not in sizes_labelled, sizes_labelled
+        for axis in (top.xaxis, top.yaxis, bottom.xaxis, bottom.yaxis):
+            assert overlapping(visible_tick_labels(axis)) == [], [label.get_text() for label in visible_tick_labels(axis)]
+    finally:
+        plt.close(fig)
+
+
 @pytest.mark.parametrize("figsize", [(9.4, 1.9), (8, 3.2)], ids=["lecture panel", "explorer widget"])
 @pytest.mark.parametrize("stride, element_bytes", [(1, 4), (4, 4), (32, 4), (64, 16)])
 def test_sector_tick_labels_are_horizontal_legible_and_apart(figsize, stride, element_bytes):
@@ -350,10 +399,11 @@ def _vertical_lines(ax):
     return {line.get_label(): line.get_xdata()[0] for line in ax.get_lines() if list(line.get_xdata()) == [line.get_xdata()[0]] * 2}
 
 
-def test_timeline_draws_a_bar_per_operation_on_its_engine_row_in_ms(ax):
+def test_timeline_draws_a_bar_per_operation_on_its_engine_row_in_ms(wide_ax):
     """3 chunks (in 2 ms, kernel 3 ms, out 1 ms, 2 copy engines): 9 bars on 3 rows, makespan 12 ms, ideal bound 9 ms."""
     from gpucourse.sim import streams
 
+    ax = wide_ax
     timeline = streams.pipeline(3, 2e-3, 3e-3, 1e-3).simulate()
     bars = plots.timeline(ax, timeline)
     assert len(bars) == len(ax.patches) == 9
@@ -367,9 +417,10 @@ def test_timeline_draws_a_bar_per_operation_on_its_engine_row_in_ms(ax):
         "copy host → device", "kernel", "copy device → host", "makespan", "ideal bound (busiest engine)"]
 
 
-def test_timeline_shares_one_row_for_a_single_copy_engine(ax):
+def test_timeline_shares_one_row_for_a_single_copy_engine(wide_ax):
     from gpucourse.sim import streams
 
+    ax = wide_ax
     bars = plots.timeline(ax, streams.pipeline(2, 2e-3, 3e-3, 1e-3, copy_engines=1, order="depth").simulate(), label="modelled for A100")
     assert len(bars) == 6
     assert _rows_top_down(ax) == ["copy engine (both ways)", "compute"]
@@ -377,19 +428,187 @@ def test_timeline_shares_one_row_for_a_single_copy_engine(ax):
     assert ax.get_title().endswith("(modelled for A100)")
 
 
-def test_timeline_marks_races_and_labels_only_bars_that_fit(ax):
-    """A kernel reading a buffer another stream copies, with no event: one race in the title, a red cross on the kernel."""
+def test_timeline_marks_a_race_clear_of_the_row_names_and_names_every_bar(ax):
+    """A kernel reading a buffer another stream copies, with no event: one race in the title, a red cross just inside the
+    kernel's bar, clear of the y axis and its row names (at the bar's very start it covered "compute"); the 1-µs bar,
+    too narrow for its label, is named under its row."""
     from gpucourse.sim.streams import Schedule
 
     schedule = Schedule()
     schedule.h2d("copy x", "copies", seconds=2e-3, buffer="x")
     schedule.kernel("use x", "compute", seconds=1e-3, reads=["x"], writes=["y"])
     schedule.kernel("tiny", "other", seconds=1e-6)
-    plots.timeline(ax, schedule.simulate(), title="no event")
-    assert ax.get_title().splitlines() == ["no event", "makespan 2 ms, ideal bound 2 ms (modelled for T4)", "1 race: use x vs copy x"]
+    timeline = schedule.simulate()
+    bars = plots.timeline(ax, timeline, title="no event")
+    ax.figure.canvas.draw()
+    title = ax.get_title().splitlines()
+    assert title[0] == "no event" and title[2] == "1 race: use x vs copy x"
     [crosses] = [line for line in ax.get_lines() if line.get_label() == "race: nothing orders it"]
-    assert list(crosses.get_xdata()) == [0.0] and list(crosses.get_ydata()) == [0.5]  # the kernel's start, on the compute row
-    assert sorted(text.get_text() for text in ax.texts) == ["copy x", "use x"]  # a 1-µs bar is too narrow for its label
+    [kernel_bar] = [bar for bar, i in zip(bars, [i for i in timeline.intervals if i.engine]) if i.label == "use x"]
+    assert list(crosses.get_xdata()) == [pytest.approx(timeline.of("use x").start * 1e3)]
+    assert list(crosses.get_ydata()) == [pytest.approx(kernel_bar.get_y() + kernel_bar.get_height() / 2)]
+    renderer = ax.figure.canvas.get_renderer()
+    cross = crosses.get_window_extent(renderer)
+    assert cross.x0 > ax.get_window_extent(renderer).x0, "the race cross sticks out over the y axis"
+    assert [label.get_text() for label in ax.get_yticklabels() if label.get_window_extent(renderer).overlaps(cross)] == []
+    assert cross.x1 < ax.transData.transform((timeline.of("use x").end * 1e3, 0))[0], "the cross is not on the kernel's bar"
+    assert sorted(text.get_text() for text in ax.texts) == ["copy x", "tiny", "use x"]
+    [tiny] = [text for text in ax.texts if text.get_text() == "tiny"]
+    [tiny_bar] = [bar for bar in bars if bar.get_width() < 0.01]
+    assert tiny.get_position()[1] < tiny_bar.get_y(), "a name too wide for its bar goes under the row's bars"
+
+
+def _named_bars(ax, bars, labels):
+    """Which bar labels the texts on ``ax`` name: a text is a label, its short form, or a range "first…last" of bars
+    on one row (every bar of that row from the first to the last, in time order)."""
+    rows = {}
+    for bar, label in zip(bars, labels):
+        rows.setdefault(round(bar.get_y(), 6), []).append((bar.get_x(), label))
+    named = set()
+    for text in (text.get_text() for text in ax.texts):
+        for row in rows.values():
+            ordered = [label for _, label in sorted(row)]
+            short = [plots.short_name(label) for label in ordered]
+            if text in ordered or text in short:
+                named.add(ordered[(ordered + short).index(text) % len(ordered)])
+            elif "…" in text and text.split("…")[0] in short and text.split("…")[1] in short:
+                first, last = short.index(text.split("…")[0]), short.index(text.split("…")[1])
+                named.update(ordered[first:last + 1])
+    return named
+
+
+@pytest.mark.parametrize("figsize, panels, chunks, streams, kernel_ms", [
+    ((8, 3.2), 1, 8, 2, 1.0),  # the widget's figure: 8 chunks on 2 streams (the copy-out names vanished there)
+    ((8, 3.2), 1, 16, 16, 0.01),  # kernels of 10 µs beside copies of 1 ms: slivers
+    ((9.4, 4.6), 2, 8, 2, 1.0),  # a lecture figure of two panels: short rows
+], ids=["widget, 8 chunks on 2 streams", "widget, 16 tiny kernels", "two panels"])
+def test_every_bar_of_a_timeline_is_named_and_no_names_overlap(figsize, panels, chunks, streams, kernel_ms):
+    from gpucourse.sim.streams import pipeline
+
+    fig, axes = plt.subplots(panels, 1, figsize=figsize, sharex=True, squeeze=False)
+    try:
+        drawn = []
+        for ax, order in zip(axes[:, 0], ("breadth", "depth")):
+            timeline = pipeline(chunks, 1.0e-3, kernel_ms * 1e-3, 1.0e-3, streams=streams, order=order).simulate()
+            labels = [i.label for i in timeline.intervals if i.engine is not None]
+            drawn.append((ax, plots.timeline(ax, timeline), labels))
+        fig.tight_layout()
+        fig.canvas.draw()
+        for ax, bars, labels in drawn:
+            assert set(labels) - _named_bars(ax, bars, labels) == set(), "bars nobody can tell apart"
+            assert overlapping(ax.texts) == []
+            assert {text.get_fontsize() for text in ax.texts} == {plots.MIN_LABEL_POINTS}
+            box = fig.bbox
+            assert [t.get_text() for t in ax.texts if not box.contains(*t.get_window_extent().p0) or not box.contains(*t.get_window_extent().p1)] == []
+            inside = [t for t in ax.texts if t.get_color() == "white"]  # names drawn on their bars fit inside them
+            for text in inside:
+                extent = text.get_window_extent()
+                assert any(bar.get_window_extent().x0 <= extent.x0 and extent.x1 <= bar.get_window_extent().x1 for bar in bars), text.get_text()
+    finally:
+        plt.close(fig)
+
+
+def _cross_boxes(line):
+    """Where each marker of ``line`` is drawn (display units): its centre ± half the marker and its edge."""
+    from matplotlib.transforms import Bbox
+
+    half = (line.get_markersize() + line.get_markeredgewidth()) / 2 * line.figure.dpi / 72
+    centres = line.get_transform().transform(np.column_stack([line.get_xdata(), line.get_ydata()]))
+    return [Bbox.from_extents(x - half, y - half, x + half, y + half) for x, y in centres]
+
+
+def _reuse_races(copy_ms, copies=6, kernel_ms=1.0):
+    """Lecture 05's prefetcher without record_stream, in miniature: each copy in but the first overwrites a block a kernel
+    on another stream still reads, nothing ordering the two, so each of those copies races."""
+    from gpucourse.sim.streams import Schedule
+
+    schedule = Schedule()
+    schedule.h2d("pinned 0 → dev 8", "side", seconds=copy_ms * 1e-3, buffer="first")
+    for i in range(1, copies):
+        schedule.kernel(f"loss_of → dev {6 + 4 * i}", "main", seconds=kernel_ms * 1e-3, reads=[f"b{i}"])
+        schedule.h2d(f"pinned {i} → dev {9 + 4 * i}", "side", seconds=copy_ms * 1e-3, buffer=f"b{i}")
+    return schedule.simulate()
+
+
+@pytest.mark.parametrize("figsize, copy_ms, names_on_bars", [
+    ((9.4, 3.0), 0.45, False),  # lecture 05's prefetcher: "2→13" fitted its bar but not beside the cross, which hid "2"
+    ((9.4, 3.0), 1.5, True),  # wide bars: the name stays on its bar, right of the cross
+    ((8, 3.2), 0.25, False),  # narrow bars: the names go under them, the crosses overhang the next bar
+    ((6.4, 4.8), 0.7, None),
+], ids=["lecture width", "wide bars", "narrow bars", "default figure"])
+def test_race_crosses_cover_no_name_whatever_the_bar_width(figsize, copy_ms, names_on_bars):
+    timeline = _reuse_races(copy_ms)
+    raced = {race.operation for race in timeline.races}
+    assert raced == {f"pinned {i} → dev {9 + 4 * i}" for i in range(1, 6)}
+    fig, ax = plt.subplots(figsize=figsize)
+    try:
+        bars = plots.timeline(ax, timeline, title="reuse without record_stream")
+        fig.tight_layout()
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        [crosses] = [line for line in ax.get_lines() if line.get_label() == "race: nothing orders it"]
+        boxes = _cross_boxes(crosses)
+        assert len(boxes) == len(raced)
+        covered = [(text.get_text(), index) for text in ax.texts + ax.get_yticklabels() for index, box in enumerate(boxes)
+                   if text.get_window_extent(renderer).overlaps(box)]
+        assert covered == [], "a race cross hides (part of) a name"
+        labels = [i.label for i in timeline.intervals if i.engine is not None]
+        assert set(labels) - _named_bars(ax, bars, labels) == set(), "bars nobody can tell apart"
+        assert overlapping(ax.texts) == []
+        for text in (text for text in ax.texts if text.get_color() == "white"):  # a name drawn on a bar stays inside it
+            extent = text.get_window_extent(renderer)
+            assert any(bar.get_window_extent().x0 <= extent.x0 and extent.x1 <= bar.get_window_extent().x1 for bar in bars), text.get_text()
+        if names_on_bars is not None:
+            on_bars = {text.get_text() for text in ax.texts if text.get_color() == "white"}
+            assert ({plots.short_name(name) for name in raced} <= on_bars) == names_on_bars, on_bars
+    finally:
+        plt.close(fig)
+
+
+def _names_under_lines(ax, renderer):
+    """The names a makespan or ideal-bound line of ``ax`` passes through, and of those, the ones nothing hides it behind: a
+    name hides the line when it is written on a bar drawn over the line, or on an opaque box drawn over it."""
+    crossed, showing = [], []
+    for line in (line for line in ax.get_lines() if line.get_label() in ("makespan", "ideal bound (busiest engine)")):
+        x = ax.transData.transform((line.get_xdata()[0], 0))[0]
+        for text in ax.texts:
+            extent = text.get_window_extent(renderer)
+            if not extent.x0 < x < extent.x1:
+                continue
+            crossed.append(text.get_text())
+            box = text.get_bbox_patch()
+            boxed = (box is not None and box.get_facecolor()[3] == 1 and text.get_zorder() > line.get_zorder()
+                     and box.get_window_extent(renderer).x0 <= extent.x0 and extent.x1 <= box.get_window_extent(renderer).x1)
+            on_bar = any(bar.get_zorder() > line.get_zorder() and bar.get_window_extent(renderer).contains(*extent.p0)
+                         and bar.get_window_extent(renderer).contains(*extent.p1) for bar in ax.patches)
+            if not (boxed or on_bar):
+                showing.append((line.get_label(), text.get_text()))
+    return crossed, showing
+
+
+def test_the_makespan_and_ideal_lines_run_through_no_name():
+    """Lecture 05's 16 chunks on 16 streams, on 8 and on 32 hardware queues: the dashed ideal bound ran through "out0…out4",
+    "k15" and "out12…out15". Lines and names still cross (so the test checks something), but each name hides the line."""
+    from gpucourse.sim.streams import Schedule, pipeline
+
+    copy_seconds = Schedule.for_gpu("T4").copy_seconds(4 << 20)
+    fig, axes = plt.subplots(2, 1, figsize=(9.4, 5.2), sharex=True)
+    try:
+        for ax, connections in zip(axes, (8, 32)):
+            plots.timeline(ax, pipeline(16, copy_seconds, 0.4e-3, copy_seconds, order="breadth", connections=connections).simulate())
+        fig.tight_layout()
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        results = [_names_under_lines(ax, renderer) for ax in axes]
+        assert [showing for _, showing in results] == [[], []], "a vertical line runs through a name"
+        assert sum(len(crossed) for crossed, _ in results) >= 2, "no line crosses a name here any more: the test checks nothing"
+    finally:
+        plt.close(fig)
+
+
+def test_short_name_keeps_the_buffer_numbers():
+    assert [plots.short_name(label) for label in ("pinned 0 → dev 8", "squash → dev 9", "dev 9 → result 10", "in3", "copy x")] == [
+        "0→8", "squash→9", "9→10", "in3", "copy x"]
 
 
 def test_timeline_draws_a_measured_panel_on_the_same_scale():
@@ -413,13 +632,94 @@ def test_timelines_on_shared_time_axes_keep_every_bar_in_view():
     """Two panels with sharex: the shorter timeline drawn second does not cut off the longer one (lecture 05's trap figure did)."""
     from gpucourse.sim import streams
 
+    longer = streams.pipeline(4, 2e-3, 3e-3, 1e-3, streams=1).simulate()  # one stream: every step after the one before
+    shorter = streams.pipeline(4, 2e-3, 3e-3, 1e-3).simulate()
+    assert shorter.makespan < longer.makespan
     fig, axes = plt.subplots(2, 1, sharex=True)
     try:
-        plots.timeline(axes[0], streams.pipeline(4, 2e-3, 3e-3, 1e-3, copy_engines=1, order="depth").simulate())  # 24 ms
-        plots.timeline(axes[1], streams.pipeline(4, 2e-3, 3e-3, 1e-3, copy_engines=1).simulate())  # 15 ms
-        assert axes[0].get_xlim() == axes[1].get_xlim() == pytest.approx((0, 24 * 1.02))
+        plots.timeline(axes[0], longer)
+        plots.timeline(axes[1], shorter)
+        assert axes[0].get_xlim() == axes[1].get_xlim() == pytest.approx((0, longer.makespan * 1e3 * 1.02))
     finally:
         plt.close(fig)
+
+
+def test_kernels_running_at_once_share_their_row_one_above_the_other(wide_ax):
+    """Concurrent kernels (small grids) are stacked in the compute row, each named, none drawn over another;
+    a kernel starting as another ends reuses its slot."""
+    from gpucourse.sim.streams import Schedule
+
+    schedule = Schedule.for_gpu("T4")
+    for i in range(3):
+        schedule.kernel(f"k{i}", f"s{i}", seconds=2e-3, blocks=40)
+    schedule.kernel("after", "s0", seconds=2e-3, blocks=40)  # on s0, after k0: the slot k0 had
+    timeline = schedule.simulate()
+    bars = plots.timeline(wide_ax, timeline)
+    wide_ax.figure.canvas.draw()
+    spans = {i.label: bar for i, bar in zip([i for i in timeline.intervals if i.engine], bars)}
+    heights = {round(bar.get_height(), 9) for bar in bars}
+    assert len(heights) == 1 and heights.pop() == pytest.approx(0.8 / 3)  # three slots share the row's 0.8
+    assert len({round(spans[f"k{i}"].get_y(), 9) for i in range(3)}) == 3, "kernels running together drawn over each other"
+    assert spans["after"].get_y() == pytest.approx(spans["k0"].get_y())
+    for a, b in [(a, b) for a in bars for b in bars if a is not b]:
+        overlap_x = min(a.get_x() + a.get_width(), b.get_x() + b.get_width()) - max(a.get_x(), b.get_x())
+        overlap_y = min(a.get_y() + a.get_height(), b.get_y() + b.get_height()) - max(a.get_y(), b.get_y())
+        assert overlap_x <= 1e-9 or overlap_y <= 1e-9, "two bars cover the same spot"
+    assert {text.get_text() for text in wide_ax.texts} == {"k0", "k1", "k2", "after"}
+
+
+def test_footprint_draws_the_allocator_and_live_bytes_with_the_peak_in_binary_units(ax):
+    from gpucourse.sim.streams import Schedule
+
+    schedule = Schedule()
+    schedule.allocate("x", 3 * 2**20, "s")
+    schedule.h2d("copy x", "s", seconds=1e-3, buffer="x")
+    schedule.release("x")
+    schedule.synchronize()
+    schedule.allocate("y", 2**20, "s")  # after the host waited: at 1 ms
+    schedule.kernel("use y", "s", seconds=1e-3, writes=["y"])
+    timeline = schedule.simulate()
+    peak = plots.footprint(ax, timeline, label="modelled for T4")
+    ax.figure.canvas.draw()
+    assert peak == timeline.peak_device_bytes == 4 * 2**20
+    held, live = ax.get_lines()[:2]
+    assert held.get_label() == "held by the allocator" and live.get_label() == "in live buffers"
+    assert list(held.get_xdata()) == pytest.approx([0, 1, 2]) and list(held.get_ydata()) == [3 * 2**20, 4 * 2**20, 4 * 2**20]
+    assert list(live.get_ydata()) == [0, 2**20, 2**20]  # x is released when the host issues the release, at 0
+    assert ax.get_title() == "device memory: peak 4 MiB held by the allocator (modelled for T4)"
+    labels = [label.get_text() for label in visible_tick_labels(ax.yaxis)]
+    assert labels and all(re.fullmatch(r"\d+ (B|MiB)", label) for label in labels), labels
+
+
+def test_footprint_compares_several_timelines_on_one_strip(ax):
+    from gpucourse.sim.streams import Schedule
+
+    runs = {}
+    for name, megabytes in (("small", 1), ("large", 8)):
+        schedule = Schedule()
+        schedule.allocate("x", megabytes * 2**20, "s")
+        schedule.kernel("k", "s", seconds=1e-3, writes=["x"])
+        runs[name] = schedule.simulate()
+    peaks = plots.footprint(ax, runs, top=16 * 2**20)
+    assert peaks == {"small": 2**20, "large": 8 * 2**20}
+    assert [line.get_label() for line in ax.get_lines()] == ["small: peak 1\u00a0MiB", "large: peak 8\u00a0MiB"]
+    assert len({str(line.get_linestyle()) for line in ax.get_lines()}) == 2, "equal footprints would hide one another"
+    assert ax.get_ylim()[1] == pytest.approx(16 * 2**20 * 1.3)
+
+
+def test_binary_bytes_writes_every_size_in_one_unit_family():
+    sizes = [512, 2**16, 2**18, 1.5 * 2**20, 2**28, 2**31]
+    assert [plots.binary_bytes(size) for size in sizes] == ["512 B", "64 KiB", "256 KiB", "1.5 MiB", "256 MiB", "2 GiB"]
+
+
+def test_a_bytes_axis_labels_every_tick_in_binary_units(ax):
+    """Lecture 05's bandwidth axis read "65536" beside "262k": one format for every tick."""
+    sizes = [2**k for k in range(16, 29, 2)]
+    plots.versus_size(ax, sizes, [s / (10e-6 + s / 16e9) / 1e9 for s in sizes], label="pinned", kind="modelled")
+    plots.bytes_axis(ax)
+    ax.figure.canvas.draw()
+    labels = [label.get_text() for label in visible_tick_labels(ax.xaxis)]
+    assert labels == ["64 KiB", "256 KiB", "1 MiB", "4 MiB", "16 MiB", "64 MiB", "256 MiB"]
 
 
 PROFILE = [  # (name, row, start_us, duration_us, depth): a Linear inside a labelled block, then a ReLU, and a GPU kernel
@@ -487,9 +787,33 @@ def test_training_curves_draw_every_epoch_and_name_the_last_accuracy():
     plots.training_curves(ax_loss, ax_accuracy, [(1, 0.9, 0.5), (2, 0.4, 0.8), (3, 0.2, 0.91)], label="measured here")
     assert list(ax_loss.lines[0].get_ydata()) == [0.9, 0.4, 0.2]
     assert list(ax_accuracy.lines[0].get_ydata()) == pytest.approx([50, 80, 91])
-    assert ax_accuracy.get_title() == "91.0% after epoch 3 (measured here)"
+    assert ax_accuracy.get_title() == "test accuracy 91.0% after epoch 3"
+    assert fig.get_suptitle() == "measured here", "where it ran is said once, over both panels"
     with pytest.raises(ValueError, match="no epochs"):
         plots.training_curves(ax_loss, ax_accuracy, [], label="x")
+    plt.close(fig)
+
+
+def test_training_curves_count_the_run_like_a_progress_bar_and_keep_titles_over_their_panels():
+    """The review's 08 figure: the bar said 9/20 while the title said "after epoch 8", and the accuracy title, which carried
+    the device label, ran past the right panel. Titles count "9 of 20", the x axis spans the whole run, and no title is wider
+    than its panel, even with a GPU's long device name."""
+    fig, (ax_loss, ax_accuracy) = plt.subplots(1, 2, figsize=(8, 2.8), layout="constrained")
+    history = [(epoch, 1 / epoch, 0.5 + epoch / 40) for epoch in range(1, 10)]
+    label = "measured on NVIDIA H100 80GB HBM3 (CUDA 12.4), float32 with TF32 allowed"
+    plots.training_curves(ax_loss, ax_accuracy, history, label=label, total=20)
+    assert ax_loss.get_title() == "loss 0.111 after epoch 9 of 20" and ax_accuracy.get_title() == "test accuracy 72.5% after epoch 9 of 20"
+    assert ax_loss.get_xlim()[1] >= 20 and ax_accuracy.get_xlim()[1] >= 20
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in (ax_loss, ax_accuracy):
+        title, panel = ax.title.get_window_extent(renderer), ax.get_window_extent(renderer)
+        assert panel.x0 - 1 <= title.x0 and title.x1 <= panel.x1 + 1, f"{ax.get_title()!r} runs past its panel"
+    label_box = ax_accuracy.yaxis.label.get_window_extent(renderer)
+    ticks_box = ax_loss.get_tightbbox(renderer)
+    assert label_box.x0 >= ticks_box.x1, "the accuracy panel's y label overlaps the loss panel"
+    assert [tick.get_text() for tick in ax_loss.get_yticklabels() if tick.get_text()] and "10^" not in "".join(
+        tick.get_text() for tick in ax_loss.get_yticklabels()), "the loss axis is labelled with plain numbers"
     plt.close(fig)
 
 
@@ -497,7 +821,7 @@ def test_training_curves_without_accuracy_draw_the_loss_per_step():
     fig, ax_loss = plt.subplots()
     plots.training_curves(ax_loss, None, [(10, 3.1, None), (20, 2.2, None)], label="measured here", unit="step")
     assert list(ax_loss.lines[0].get_ydata()) == [3.1, 2.2] and ax_loss.get_xlabel() == "step" and ax_loss.get_yscale() == "log"
-    assert ax_loss.get_title() == "loss 2.2 after step 20 (measured here)"
+    assert ax_loss.get_title() == "loss 2.2 after step 20" and fig.get_suptitle() == "measured here"
     with pytest.raises(ValueError, match="no steps"):
         plots.training_curves(ax_loss, None, [], label="x", unit="step")
     plt.close(fig)
@@ -523,7 +847,7 @@ def test_training_curves_draw_one_curve_per_named_loss():
     plots.training_curves(ax_loss, None, history, label="measured here", unit="step")
     assert [list(line.get_ydata()) for line in ax_loss.lines] == [[1.2, 1.3], [0.9, 0.7]]
     assert [text.get_text() for text in ax_loss.get_legend().get_texts()] == ["D", "G"]
-    assert ax_loss.get_title() == "loss D 1.3, G 0.7 after step 200 (measured here)"
+    assert ax_loss.get_title() == "loss D 1.3, G 0.7 after step 200"
     assert ax_loss.get_yscale() == "linear", "a GAN's losses hover in a band: a log axis would label one tick"
     plt.close(fig)
 

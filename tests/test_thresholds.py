@@ -157,7 +157,9 @@ def test_notebook_says_the_threshold_is_modelled(item):
     _, cells, index = GPU_ITEMS[item]
     cell = cells[index]
     prompt = next(c.source for c in reversed(cells[:index]) if c.cell_type == "markdown")
-    assert f'thresholds.describe("{item}", SPEEDUP_NEEDED["cuda"])' in cell.source, f"{item}: the cell should print the model"
+    # Given all of SPEEDUP_NEEDED, the line says which threshold this machine's check uses.
+    whole = f'thresholds.describe("{item}", SPEEDUP_NEEDED)'
+    assert whole in cell.source, f"{item}: the cell should print {whole}"
     for text, what in ((cell.source, "speed cell"), (prompt, "prompt above it")):
         for phrase in ("modelled, not yet measured", "scripts/gpu_check.sh"):
             assert phrase.lower() in text.lower(), f"{item}: the {what} should say {phrase!r}"
@@ -168,10 +170,26 @@ def test_notebook_says_the_threshold_is_modelled(item):
 
 
 def test_describe_names_every_card_and_the_threshold():
-    """describe() gives the threshold and one modelled speedup per card."""
-    line = thresholds.describe("test_transpose_speed", 1.5)
-    assert line.startswith("needed 1.5×; modelled (not yet measured) for V100, T4, A100, L4, H100, H200: ")
+    """describe() gives the threshold this machine's check uses and one modelled speedup per card."""
+    line = thresholds.describe("test_transpose_speed", {"cuda": 1.5})
+    assert line.startswith("On this machine (") and "1.5×" in line and "modelled (not yet measured) for V100, T4, A100, L4, H100, H200: " in line
     assert all(f"{card.name} " in line for card in CARDS) and line.count("-bound") == len(CARDS)
+
+
+@pytest.mark.parametrize("needed, here, device, starts", [
+    ({"cpu": 4.0, "cuda": 10.0}, "cpu", None, "On this machine (no GPU: device class 'cpu') the check needs 4×. On a GPU it needs 10×, modelled"),
+    ({"cuda": 1.5}, "cpu", None, "On this machine (no GPU: device class 'cpu') the speed is not timed: a grader with a GPU times it. "
+                                 "On a GPU the check needs 1.5×, modelled"),
+    (1.5, "cpu", None, "On this machine (no GPU: device class 'cpu') the speed is not timed"),  # the GPU's threshold alone
+    ({"cpu": 4.0, "cuda": 1.5}, "cuda", "NVIDIA H100 80GB HBM3", "On this machine (NVIDIA H100 80GB HBM3, the table's H100: modelled 4.11× there) "
+                                                                 "the check needs 1.5×; modelled"),
+    ({"cuda": 1.5}, "cuda", "NVIDIA L40S", "On this machine (NVIDIA L40S, not one of the modelled cards) the check needs 1.5×; modelled"),
+])
+def test_the_line_says_which_threshold_this_machine_uses(needed, here, device, starts):
+    """Each machine: the threshold its check uses (check.required_speedup's), the card it is modelled as, or why it is not timed."""
+    line = thresholds.target_text("test_transpose_speed", needed, here, device)
+    assert line.startswith(starts), line
+    assert line.endswith("scripts/gpu_check.sh calibrates it on the first GPU run.") and line.count("-bound") == len(CARDS)
     with pytest.raises(KeyError, match="no speed model for 'test_nothing'"):
         thresholds.models("test_nothing")
 

@@ -47,6 +47,12 @@ def test_compare_speed_measures_the_ratio_of_two_durations():
     assert result.rounds == 5 and result.num_threads == 1
 
 
+def test_speed_result_gives_the_median_of_the_per_round_ratios_inside_their_middle_half():
+    """speedup is a ratio of medians and can fall outside low-high; median_ratio is the headline of the same samples."""
+    result = timing.speed_result([20.0, 20.0, 20.0, 3.0, 3.0], [10.0, 10.0, 1.0, 2.0, 2.0], "CPU", 1)  # ratios 2, 2, 20, 1.5, 1.5
+    assert (result.speedup, result.low, result.median_ratio, result.high) == (10.0, 1.5, 2.0, 2.0), result
+
+
 def test_compare_speed_gives_every_timed_call_fresh_inputs_and_checks_every_output():
     made, checked = [], []
 

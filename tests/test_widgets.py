@@ -8,7 +8,7 @@ from dataclasses import dataclass  # noqa: E402
 
 import pytest  # noqa: E402
 
-from gpucourse import sim, widgets  # noqa: E402
+from gpucourse import gpu_specs, sim, widgets  # noqa: E402
 
 
 def _controls(box):
@@ -135,37 +135,132 @@ def _number_after(text: str, label: str) -> str:
     return text.split(label, 1)[1].split()[0]
 
 
+@pytest.fixture
+def text_only(monkeypatch):
+    """Widgets that redraw their report and build their figure, but skip rendering it to a PNG (the costly part):
+    for tests that read the report only."""
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setattr(widgets, "_show_in", lambda output, fig: plt.close(fig))
+
+
+def _modelled(n_chunks, n_streams, order="breadth", copy_engines=2, memory="pinned", gpu="T4", megabytes=16.0, kernel_ms=1.0, queues="hyper-q"):
+    """The timeline the widget should show for these settings, made here from the model itself."""
+    from gpucourse.sim.streams import Schedule, pipeline
+
+    copy = Schedule(link_bandwidth=gpu_specs.gpu(gpu).host_link_bandwidth).copy_seconds(round(megabytes * 1e6))
+    return pipeline(n_chunks, copy, kernel_ms * 1e-3, copy, copy_engines=copy_engines, order=order, pinned=memory == "pinned",
+                    streams=n_streams, queues=queues).simulate()
+
+
+def _ms3(seconds):
+    return f"{seconds * 1e3:.3f}"
+
+
 def test_stream_timeline_shows_the_models_makespan_bound_and_speedup():
-    """4 chunks of 16 MB over a T4's 15.75 GB/s (1.0159 ms a copy), kernels of 1 ms, 2 copy engines, breadth-first:
-    the copies in set the pace, in3 ends at 4.0635 ms, k3 at 5.0635, out3 at 6.0794; in one piece, 4.0635 + 4 + 4.0635 ms."""
+    """The report prints the model's makespan, ideal bound and the job in one piece for the controls' settings."""
     box = widgets.stream_timeline()
     text = _printed(box)
-    assert text.startswith("4 chunks of 16 MB on 4 streams, pinned host memory, breadth-first issue, 2 copy engines, T4 (PCIe 3.0 x16, 15.75 GB/s)")
-    assert (_number_after(text, "makespan"), _number_after(text, "ideal bound"), _number_after(text, "serialised")) == ("6.079", "4.063", "12.127")
-    assert "speedup 1.99×" in text and "races: none" in text and "modelled for T4" in text
+    assert text.startswith("4 chunks of 16 MB on 4 streams, pinned host memory, breadth-first issue, 2 copy engines,\n"
+                           "  Hyper-Q: 8 hardware queues, T4 (PCIe 3.0 x16, 15.75 GB/s)\n")
+    shown, serial = _modelled(4, 4), _modelled(1, 1, megabytes=64.0, kernel_ms=4.0)
+    assert (_number_after(text, "makespan"), _number_after(text, "ideal bound"), _number_after(text, "serialised")) == (
+        _ms3(shown.makespan), _ms3(shown.ideal_seconds), _ms3(serial.makespan))
+    assert f"speedup {serial.makespan / shown.makespan:.2f}×" in text and "races: none" in text and "modelled for T4" in text
     controls = _controls(box)
-    controls["chunks"].value = 1  # in, kernel, out one after the other: nothing to overlap
-    assert _number_after(_printed(box), "makespan") == "3.032" and "speedup 1.00×" in _printed(box)
+    controls["chunks"].value = 1  # in, kernel, out one after the other: the job in one piece
+    assert _number_after(_printed(box), "makespan") == _ms3(_modelled(1, 1).makespan) and "speedup 1.00×" in _printed(box)
     controls["chunks"].value = 4
-    controls["streams"].value = 1  # one stream runs its operations in order: as slow as the job in one piece
-    assert _number_after(_printed(box), "makespan") == "12.127" and "on 1 stream," in _printed(box) and "speedup 1.00×" in _printed(box)
-    controls["streams"].value = 2  # breadth-first on shared streams: k0 waits for in2, issued before it on stream 0
-    assert _number_after(_printed(box), "makespan") == "10.127"
+    controls["streams"].value = 2
+    assert _number_after(_printed(box), "makespan") == _ms3(_modelled(4, 2).makespan) and "on 2 streams," in _printed(box)
 
 
-def test_stream_timeline_shows_the_issue_order_trap_and_pageable_memory():
+@pytest.mark.parametrize("chunks, streams_asked, expected", [(4, 16, 4), (8, 2, 2)])
+def test_stream_timeline_slider_and_report_count_the_same_streams(chunks, streams_asked, expected, text_only):
+    """The streams slider stops at the chunk count, so it reads what the report counts (it read 16 beside "on 4 streams")."""
+    box = widgets.stream_timeline(n_chunks=chunks, n_streams=streams_asked)
+    controls = _controls(box)
+    assert controls["streams"].value == expected and controls["streams"].max == chunks
+    assert f"on {expected} stream{'s' if expected > 1 else ''}," in _printed(box)
+
+
+def test_stream_timeline_slider_follows_the_chunks_slider(text_only):
+    box = widgets.stream_timeline()
+    controls = _controls(box)
+    controls["chunks"].value = 8
+    controls["streams"].value = 8
+    assert "8 chunks of 16 MB on 8 streams," in _printed(box)
+    controls["chunks"].value = 3  # the slider cannot stay at 8 streams for 3 chunks
+    assert (controls["streams"].value, controls["streams"].max) == (3, 3) and "3 chunks of 16 MB on 3 streams," in _printed(box)
+    controls["chunks"].value = 12  # more room, the same streams
+    assert (controls["streams"].value, controls["streams"].max) == (3, 12) and "12 chunks of 16 MB on 3 streams," in _printed(box)
+
+
+def _unwrapped(text):
+    """The report with its wrapped sentences joined back."""
+    return " ".join(line.strip() for line in text.splitlines())
+
+
+def test_stream_timeline_explains_the_other_order_and_the_first_kernel_from_the_model(text_only):
+    """8 chunks on 2 streams, 2 copy engines (the browser run where breadth-first took 22.3 ms and depth-first 13.1):
+    the report compares both orders and says what the first kernel waits for, through gpucourse.stream_text."""
+    from gpucourse import stream_text
+
+    box = widgets.stream_timeline(n_chunks=8, n_streams=2)
+    breadth, depth = _modelled(8, 2, "breadth"), _modelled(8, 2, "depth")
+    text = _unwrapped(_printed(box))
+    assert stream_text.compare("breadth-first issue", breadth.makespan, "depth-first issue on the same streams", depth.makespan) in text
+    assert stream_text.first_kernel_wait(breadth, connections=8) in text
+    _controls(box)["issue order"].value = "depth"
+    text = _unwrapped(_printed(box))
+    assert stream_text.compare("depth-first issue", depth.makespan, "breadth-first issue on the same streams", breadth.makespan) in text
+    assert stream_text.first_kernel_wait(depth, connections=8) in text
+
+
+def test_stream_timeline_follows_engines_order_memory_and_gpu(text_only):
     box = widgets.stream_timeline()
     controls = _controls(box)
     controls["copy engines"].value = 1
-    controls["issue order"].value = "depth"  # out0 holds the one copy engine's queue until k0 is done: fully serial
-    assert _number_after(_printed(box), "makespan") == "12.127" and "speedup 1.00×" in _printed(box)
-    controls["issue order"].value = "breadth"  # all copies in first: the engine copies in3 while k0 runs
-    assert _number_after(_printed(box), "makespan") == "8.127"
-    # Pageable: 2.0317 ms a copy, each blocking the host: in0-in3 end at 8.127, k0 runs to 9.127, then out0-out3 back to back.
+    controls["issue order"].value = "depth"
+    assert _number_after(_printed(box), "makespan") == _ms3(_modelled(4, 4, "depth", copy_engines=1).makespan) and "1 copy engine," in _printed(box)
+    controls["issue order"].value = "breadth"
+    assert _number_after(_printed(box), "makespan") == _ms3(_modelled(4, 4, "breadth", copy_engines=1).makespan)
     controls["host memory"].value = "pageable"
-    assert _number_after(_printed(box), "makespan") == "17.254" and "pageable host memory" in _printed(box)
-    controls["GPU"].value = "H100"  # PCIe 5.0: 63 GB/s, 0.508 ms a pageable copy of 16 MB
+    assert _number_after(_printed(box), "makespan") == _ms3(_modelled(4, 4, "breadth", copy_engines=1, memory="pageable").makespan)
+    assert "pageable host memory" in _printed(box)
+    controls["GPU"].value = "H100"
     assert "H100 (PCIe 5.0 x16, 63 GB/s)" in _printed(box) and "modelled for H100" in _printed(box)
+    assert _number_after(_printed(box), "makespan") == _ms3(_modelled(4, 4, "breadth", copy_engines=1, memory="pageable", gpu="H100").makespan)
+
+
+def test_stream_timeline_queues_make_the_issue_order_trap_appear_and_disappear(text_only):
+    """One copy engine, depth-first: with one queue per engine (before Hyper-Q) each chunk's copy in waits behind the
+    previous chunk's copy out, so the job takes longer than on Hyper-Q's queues; the report says so from both timelines."""
+    from gpucourse import stream_text
+
+    box = widgets.stream_timeline(copy_engines=1, order="depth")
+    controls = _controls(box)
+    hyper_q, per_engine = _modelled(4, 4, "depth", copy_engines=1), _modelled(4, 4, "depth", copy_engines=1, queues="per-engine")
+    assert per_engine.makespan > 1.2 * hyper_q.makespan, "the model no longer shows the trap: choose other settings for this test"
+    text = _unwrapped(_printed(box))
+    assert _number_after(text, "makespan") == _ms3(hyper_q.makespan) and "Hyper-Q: 8 hardware queues" in text
+    assert stream_text.compare(widgets.QUEUES["hyper-q"], hyper_q.makespan, widgets.QUEUES["per-engine"], per_engine.makespan) in text
+    controls["hardware queues"].value = "per-engine"
+    text = _unwrapped(_printed(box))
+    assert _number_after(text, "makespan") == _ms3(per_engine.makespan) and "one queue per engine (before Hyper-Q)," in text
+    assert stream_text.compare(widgets.QUEUES["per-engine"], per_engine.makespan, widgets.QUEUES["hyper-q"], hyper_q.makespan) in text
+    assert stream_text.first_kernel_wait(per_engine) in text
+
+
+def test_stream_timeline_explains_a_first_kernel_held_by_a_shared_queue(text_only):
+    """16 chunks on 16 streams, breadth-first: with 8 queues, k0 waits until in8 (stream s8, its queue-mate) starts."""
+    from gpucourse import stream_text
+
+    box = widgets.stream_timeline(n_chunks=16, n_streams=16)
+    shared = _modelled(16, 16)
+    sentence = stream_text.first_kernel_wait(shared, connections=8)
+    assert "when in8 of stream s8 starts" in sentence and "(a false dependency)" in sentence
+    assert sentence in _unwrapped(_printed(box))
 
 
 def test_training_monitor_advances_its_bar_and_redraws_its_figure(monkeypatch):
@@ -183,6 +278,26 @@ def test_training_monitor_advances_its_bar_and_redraws_its_figure(monkeypatch):
     assert [type(item).__name__ for item in shown] == ["VBox", "Image", "Image"] and shown[-1].format == "png"
     with pytest.raises(ValueError, match="at least 1"):
         widgets.TrainingMonitor(0, label="x")
+
+
+def test_training_monitor_shows_the_figure_before_the_bar_counts_the_epoch(monkeypatch):
+    """The review's 08 monitor: mid-run the bar said 9/20 while the figure said "after epoch 8", because the bar moved
+    before the figure was drawn. The figure goes first, and its titles count the epoch as the bar does; the bar's label
+    gets the width it needs ("step 2000/2000" was cut)."""
+    import IPython.display
+    import matplotlib.pyplot as plt
+
+    monitor = widgets.TrainingMonitor(20, label="measured here")
+    bar_when_shown, drawn = [], []
+    monkeypatch.setattr(IPython.display, "display", lambda item: bar_when_shown.append(monitor.bar.description))
+    monkeypatch.setattr(plt, "close", lambda fig: drawn.append(fig))
+    monitor.update(9, 0.3, 0.9)
+    assert bar_when_shown == ["epoch 0/20"] and monitor.bar.description == "epoch 9/20"
+    titles = [ax.get_title() for ax in drawn[-1].axes]
+    assert titles == ["loss 0.3 after epoch 9 of 20", "test accuracy 90.0% after epoch 9 of 20"], titles
+    assert monitor.bar.style.description_width == "initial"
+    monkeypatch.undo()
+    plt.close(drawn[-1])
 
 
 def test_training_monitor_counts_steps_and_shows_the_latest_sample(monkeypatch):

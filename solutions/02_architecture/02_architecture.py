@@ -60,6 +60,7 @@ def saxpy_kernel(a, x, y, out):
 
 # %% nbgrader={"grade_id": "test_saxpy", "grade": true, "points": 2}
 """saxpy_kernel is correct with a grid smaller than the data and with one larger than it."""
+check.written(saxpy_kernel)  # unwritten: its stub's error here (a GPU ignores a kernel's raise)
 
 
 def check_saxpy(n, blocks, threads, dtype=np.float32):
@@ -103,6 +104,7 @@ def bias_relu_kernel(x, bias, out):
 
 # %% nbgrader={"grade_id": "test_bias_relu", "grade": true, "points": 2}
 """bias_relu_kernel matches numpy on a matrix whose sides are not multiples of the block."""
+check.written(bias_relu_kernel)  # unwritten: its stub's error here (a GPU ignores a kernel's raise)
 
 
 def check_bias_relu(rows, cols, block=(8, 8), dtype=np.float32):
@@ -163,6 +165,7 @@ def block_sum_kernel(x, partial):
 
 # %% nbgrader={"grade_id": "test_block_sum", "grade": true, "points": 2}
 """block_sum_kernel gives each block's sum, and (in the simulator) uses shared memory, with barriers and no race."""
+check.written(block_sum_kernel)  # unwritten: its stub's error here (a GPU ignores a kernel's raise)
 
 
 def check_block_sum(n, extra_blocks=0):
@@ -214,6 +217,7 @@ def histogram_kernel(values, bins):
 
 # %% nbgrader={"grade_id": "test_histogram", "grade": true, "points": 2}
 """histogram_kernel counts every value exactly once, with atomic additions."""
+check.written(histogram_kernel)  # unwritten: its stub's error here (a GPU ignores a kernel's raise)
 
 
 def check_histogram(n, n_bins, blocks, threads):
@@ -272,7 +276,7 @@ def saxpy_launch(n):
 # Modelled, not yet measured: one thread is latency-bound, a full grid memory-bound, hundreds of times apart on
 # every card in gpu_specs (gpucourse.thresholds.launch_speed); scripts/gpu_check.sh calibrates it on the first GPU run.
 SPEEDUP_NEEDED = {"cuda": 10.0}
-print(thresholds.describe("test_launch_speed", SPEEDUP_NEEDED["cuda"]))
+print(thresholds.describe("test_launch_speed", SPEEDUP_NEEDED))
 for n in (1, 1000, 33, 10**6):
     config = saxpy_launch(n)
     assert isinstance(config, tuple) and len(config) == 2, f"saxpy_launch({n}) should return (blocks, threads), got {config!r}"
@@ -432,21 +436,28 @@ check_rejected(("T4", 96, 11), "11 blocks of 3 warps are 33 warps, and a T4 SM h
 # - `register_cap`: the most registers per thread that keep that occupancy, the budget you would compile the kernel under (`__launch_bounds__`, or numba's `launch_bounds=`). Use your `register_budget` from Question 6.
 # - `blocks_per_wave`: with that block size, how many blocks the whole L4 runs at once (one "wave" of blocks).
 #
-# Assign three ints.
+# Write `launch_choice()`, which returns the three as a tuple of ints: `(best_block_size, register_cap, blocks_per_wave)`.
 
 # %% nbgrader={"grade_id": "launch_choice", "solution": true}
-### BEGIN SOLUTION
-shared_bytes = 24 * 1024
-candidates = [64, 128, 256, 512, 1024]
-best_block_size = max(candidates, key=lambda size: (sim.occupancy("L4", size, 0, shared_bytes).occupancy, -size))
-blocks_per_sm = sim.occupancy("L4", best_block_size, 0, shared_bytes).blocks_per_sm
-register_cap = register_budget("L4", best_block_size, blocks_per_sm)
-blocks_per_wave = blocks_per_sm * gpu_specs.gpu("L4").sms
-### END SOLUTION
-print(f"best block size {best_block_size}, at most {register_cap} registers per thread, {blocks_per_wave} blocks per wave (modelled for an L4)")
+def launch_choice():
+    """(best_block_size, register_cap, blocks_per_wave) for the kernel above on an L4: three ints."""
+    ### BEGIN SOLUTION
+    shared_bytes = 24 * 1024
+    candidates = [64, 128, 256, 512, 1024]
+    best_block_size = max(candidates, key=lambda size: (sim.occupancy("L4", size, 0, shared_bytes).occupancy, -size))
+    blocks_per_sm = sim.occupancy("L4", best_block_size, 0, shared_bytes).blocks_per_sm
+    register_cap = register_budget("L4", best_block_size, blocks_per_sm)
+    blocks_per_wave = blocks_per_sm * gpu_specs.gpu("L4").sms
+    return best_block_size, register_cap, blocks_per_wave
+    ### END SOLUTION
+
 
 # %% nbgrader={"grade_id": "test_launch_choice", "grade": true, "points": 2}
-"""best_block_size, register_cap and blocks_per_wave are whole numbers in range, and register_cap keeps the occupancy (the exact values are checked when grading)."""
+"""launch_choice() gives best_block_size, register_cap and blocks_per_wave: whole numbers in range, and register_cap keeps the occupancy (the exact values are checked when grading)."""
+choice = launch_choice()
+assert isinstance(choice, tuple) and len(choice) == 3, f"launch_choice() should return a tuple of three ints, got {choice!r}"
+best_block_size, register_cap, blocks_per_wave = choice
+print(f"best block size {best_block_size}, at most {register_cap} registers per thread, {blocks_per_wave} blocks per wave (modelled for an L4)")
 assert best_block_size in (64, 128, 256, 512, 1024), f"best_block_size should be one of the five sizes, got {best_block_size!r}"
 for answer, value in (("register_cap", register_cap), ("blocks_per_wave", blocks_per_wave)):
     assert isinstance(value, int) and not isinstance(value, bool) and value > 0, f"{answer} should be a positive int, got {value!r}"

@@ -2,7 +2,7 @@
 # # Assignment 05: streams and pinned memory — a pipeline's makespan, an overlapped map, and when pinning pays
 #
 # This assignment checks the ideas of lecture 05 (`course/05_streams.ipynb`).
-# You will work out how long a chunked copy → compute → copy pipeline takes on a GPU's engines, write a pipeline that overlaps copies with compute across streams, prefetch data in the background while the consumer computes, and say when pinning host memory does not pay.
+# You will work out how long a chunked copy → compute → copy pipeline takes on a GPU's engines, write a pipeline that overlaps copies with compute across streams in a few reused device buffers, prefetch data in the background while the consumer computes, and say when pinning host memory does not pay.
 #
 # How it works:
 # - Write your code where a cell says `raise NotImplementedError(...)`; delete that line.
@@ -39,7 +39,9 @@ torch.manual_seed(0)
 #
 # Data too big to copy and then compute in one go is cut into `n_chunks` chunks; each chunk is copied host → device (`h2d` seconds), computed (`compute` seconds), and copied back (`d2h` seconds), on a stream of its own.
 # The host issues the work **breadth-first**: every copy in (chunk 0, 1, …), then every kernel, then every copy out.
-# The GPU has one compute engine and `copy_engines` copy engines; as in the lecture's model, each engine runs one operation at a time, in the order the host issued them to it, and an operation starts when its stream's previous operation and its engine are both done.
+# The GPU has one compute engine and `copy_engines` copy engines, and **one queue per engine**: each engine runs one operation at a time, in the order the host issued them to it across all streams, and an operation starts when its stream's previous operation and its engine are both done.
+# That is how cards before Hyper-Q work (Fermi, compute capability 2.x: the CUDA 4 Programming Guide's "Overlapping Behavior"), the stream model's `queues="per-engine"` (`gpucourse.sim.streams.pipeline(..., queues="per-engine")`).
+# Current cards have hardware queues instead (Hyper-Q, 8 by default: the lecture and `gpucourse.sim.streams`), which free a ready copy from the queue of one that is not ready; this question is about the one-queue model, where issue order matters most.
 # With 2 or more copy engines, copies in and copies out each have an engine of their own; with 1, both directions share it (older and low-end cards: every card in `gpucourse.gpu_specs` has 2, as CUDA's `asyncEngineCount` reports).
 # The copies are from pinned memory, so issuing costs the host nothing.
 #
@@ -47,7 +49,7 @@ torch.manual_seed(0)
 # 0 chunks take 0 seconds.
 # Raise `ValueError` for a negative chunk count or duration, or for fewer than 1 copy engine.
 #
-# **The closed form is the point of this question.** The lecture simulates pipelines operation by operation (`gpucourse.sim.streams.pipeline`, about 50 µs a chunk); that is a fine way to check your answer on a few chunks, but it is not an answer.
+# **The closed form is the point of this question.** The lecture simulates pipelines operation by operation (`gpucourse.sim.streams.pipeline`, 30–60 µs of CPU a chunk on the course's 2-core machine); that is a fine way to check your answer on a few chunks, but it is not an answer.
 # The hidden tests draw their durations when they grade and ask for up to 10**12 chunks, some of them pipelines whose pace changes only after hundreds of millions of chunks, to 12 significant digits: simulating that many chunks does not finish in the item's time limit, and extrapolating from the chunks a simulation can reach gives a wrong answer there.
 # Hint: the engine that is busiest sets the pace once the pipeline is full; with one copy engine, look at when each copy out can start and at what it has to wait for.
 #
@@ -93,8 +95,8 @@ check.assert_approx(pipeline_makespan(2, 1.0, 10.0, 5.0, copy_engines=1), 26.0, 
 check.assert_approx(pipeline_makespan(3, 1.0, 3.0, 4.0, copy_engines=1), 16.0, name="one copy engine, outs queued behind the first kernel")
 check.assert_approx(pipeline_makespan(10**9, 1e-3, 2e-3, 5e-4, copy_engines=1), 3e-3 + (10**9 - 1) * 2e-3 + 5e-4,
                     name="10**9 chunks on one copy engine")  # the kernels set the pace: the copies take 1.5e-3 per chunk
-# Drawn now, so no answer can know them, and sized so only a closed form answers: the model simulates about 20,000 chunks
-# a second (some 2 million in this item's time), and the second pipeline's pace changes only after 10**8 to 10**9 chunks.
+# Drawn now, so no answer can know them, and sized so only a closed form answers: the model simulates 15,000 to 35,000
+# chunks a second (a few million in this item's time), and the second pipeline's pace changes only after 10**8 to 10**9 chunks.
 import random
 
 draw = random.SystemRandom()
@@ -118,35 +120,51 @@ check.assert_raises(ValueError, pipeline_makespan, 2, 1.0, 1.0, 1.0, 0, name="no
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Question 2: an overlapped map (6 points, 2 of them on a GPU)
+# ## Question 2: an overlapped map in bounded memory (6 points, 2 of them on a GPU)
 #
-# `serial_map(fn, host_chunks)` below runs `fn` on each chunk on the device one chunk at a time: copy in, compute, copy out, wait, next chunk.
+# `serial_map(fn, host_chunks)` below runs `fn` on each chunk on the device one chunk at a time: copy in, compute, copy out, wait, release the two device buffers, next chunk.
 # The engines take turns: the copy engines idle while the kernel runs, the compute engine idles during the copies.
+# It needs little device memory, though: one chunk's input and output at a time.
+# Data is cut into chunks because it is too big to copy in one go, so a pipeline that keeps every chunk on the device at once defeats the purpose: an overlapped map must keep a **bounded** number of buffers on the device and reuse them.
 #
-# Write `overlapped_map(fn, host_chunks)` with the same results, in the same order, but with copies and compute overlapped across streams, using the course's front end (`from gpucourse import streams`, as in the lecture):
-# `streams.Stream()`, `streams.Event()`, `event.record(stream)`, `stream.wait_event(event)`, `streams.to_device(x, stream=s)`, `streams.launch(fn, x, stream=s)`, `streams.to_host(y, stream=s)`, `streams.synchronize()`.
+# Write `overlapped_map(fn, host_chunks)` with the same results, in the same order, with copies and compute overlapped across streams and at most 4 chunks' device buffers (input and output) allocated however many chunks there are (every chunk has the same shape), using the course's front end (`from gpucourse import streams`, as in the lecture):
+# `streams.Stream()`, `streams.Event()`, `event.record(stream)`, `stream.wait_event(event)`, `streams.to_device(x, stream=s)`, `streams.launch(fn, x, stream=s)`, `streams.to_host(y, stream=s)`, `streams.synchronize()`, and for memory:
+# `streams.to_device(x, stream=s, out=buf)` (copy into a device buffer you already have), `streams.launch(fn, x, stream=s, out=buf)` (write the result into one), `streams.release(buf)` and `streams.record_stream(buf, s)`.
 # Return the list of what `to_host` gave back (the host waits for the copies before returning: `synchronize`).
 # Each result must be its chunk copied in, computed by `fn` on the device and copied out: the grader's model checks where every result came from, so a chunk that skips the device, or shares a kernel with another chunk, counts as wrong.
-# One stream per chunk is enough (a stream runs its operations in order); separate copy and compute streams work too, with events between them.
 # Treat the chunks and what the calls return as opaque: pass them to the calls, do not compute with them (the grader hands your function buffers that live in its own process).
+#
+# What the model does with memory (PyTorch's caching allocator: the "CUDA semantics" page, "Memory management" and `Tensor.record_stream`):
+# - `to_device` and `launch` without `out=` allocate a new buffer on the stream they run on, and it stays allocated until you `streams.release` it (the model cannot see your references; on a GPU, dropping a tensor's last reference releases it, and `release` keeps none).
+# - A released buffer's memory is reused at once by the next allocation of its size **on the stream that allocated it**, even while another stream still reads the old buffer; `record_stream(buf, s)` before the release makes it wait for what stream `s` had queued. Memory released on one stream is never handed to another, so a new stream per chunk keeps allocating.
+# - Writing into a buffer again (`out=`) while another stream still reads it is a race as well, like reused memory: order it with an event.
+#
+# Hint: double or triple buffering. Keep a few *slots* (3 are enough here), chunk i going through slot i % 3: the slot's input buffer is copied into and its output buffer written with `out=` each time round.
+# With a copy-in, a compute and a copy-out stream, the copy into a slot must wait (an event) for the kernel that read the slot's previous chunk, and the kernel for the copy out of the slot's previous result.
+# A stream per slot works too: a stream runs its operations in order, so its own reuse needs no event.
 #
 # Graded:
 # - the results (1 point), on the stream model;
-# - the **modelled timeline** of your calls, recorded by the grader for 24 chunks on a T4 (3 points): no race (an operation reading a buffer another stream wrote with no event between them, or the host reading a result before waiting for it) **and** a makespan within 10% of the ideal bound (the busiest engine's total time for the work that must be done; `serial_map` takes about 2.1× of it), on the T4 as `gpu_specs` gives it and on other cards of `gpu_specs`.
-#   Every card there has a copy engine per direction, so the order you issue the chunks' calls in (breadth-first or chunk by chunk) does not change the grade: the lecture's issue-order trap is one of single-copy-engine cards (Question 1).
+# - the **modelled timeline** of your calls, recorded by the grader for 24 chunks on a T4 (3 points): no race (an operation reading a buffer another stream wrote with no event between them, a buffer rewritten or its memory reused while another stream still reads it, or the host reading a result before waiting for it), **and** a peak device footprint of at most 4 chunks' input and output buffers, **and** a makespan within 10% of the ideal bound (the busiest engine's total time for the work that must be done, each copy with the model's 10 µs fixed cost; `serial_map` takes about 2.8× of it), on the T4 as `gpu_specs` gives it and on other cards of `gpu_specs`.
+#   The reference, 3 slots, reaches 1.03–1.07× of the bound with 3 chunks' buffers on every card graded.
+#   The model has hardware queues as current cards do (Hyper-Q: 8 of them, CUDA_DEVICE_MAX_CONNECTIONS): streams beyond the eighth share a queue and wait for each other's work, so a stream per chunk overlaps badly too (a stream per chunk, issued breadth-first, takes about 2.1× of the bound on the T4), while a few streams are enough.
+#   Every card in `gpu_specs` has a copy engine per direction and Hyper-Q, so the order you issue a chunk's calls in does not change the grade: the issue-order trap is one of cards with one queue per engine (Question 1).
 # - on a GPU, your pipeline against `serial_map` on real streams, 8 chunks of 4 M floats already in pinned memory, mapped with `torch.sin` (2 points): it needs 1.2×, and its results must be those of `torch.sin` on that GPU (the CPU's `sin` differs in the last bits: the work must run on the device).
 #   That threshold is modelled, not yet measured: no GPU has run this item; `gpucourse.thresholds` models 1.8-1.9× on every card in `gpu_specs` (V100, T4, A100, L4, H100, H200), where the copies set the time and a pipeline overlaps copies in with copies out, and `scripts/gpu_check.sh` will calibrate it on the first GPU run.
 #
-# About 8 lines.
+# About 20 lines.
 
 # %% nbgrader={"grade_id": "serial_map", "locked": true}
 def serial_map(fn, host_chunks):
-    """fn on each chunk on the device, one chunk at a time, on the default stream."""
+    """fn on each chunk on the device, one chunk at a time, on the default stream; one chunk's buffers allocated at a time."""
     results = []
     for chunk in host_chunks:
-        computed = streams.launch(fn, streams.to_device(chunk))
+        on_device = streams.to_device(chunk)
+        computed = streams.launch(fn, on_device)
         results.append(streams.to_host(computed))
         streams.synchronize()  # the next chunk starts when this one is back on the host
+        streams.release(on_device)  # on a GPU, the references dropped at the next turn do the same
+        streams.release(computed)
     return results
 
 
@@ -174,11 +192,12 @@ def check_results(values, fn, data, name, rtol=0.0, atol=0.0):
         check.assert_close(value, fn(chunk), rtol=rtol, atol=atol, name=f"{name}: chunk {position}")
 
 
-CHUNKS, CHUNK_ELEMENTS, KERNEL_SECONDS = 24, 1 << 16, 30e-6  # 256 KiB chunks: 16.6 µs each way over the T4's PCIe 3.0 link
+CHUNKS, CHUNK_ELEMENTS, KERNEL_SECONDS = 24, 1 << 16, 30e-6  # 256 KiB chunks: 26.6 µs each way over the T4's PCIe 3.0 link, 10 of them fixed
+MEMORY_CHUNKS = 4  # the device footprint allowed: this many chunks' input and output buffers
 
 
 def traced_overlap(map_fn, gpu, chunks, elements, kernel_seconds):
-    """map_fn of ``chunks`` float32 chunks on the model of ``gpu``, results checked: (timeline, the ideal bound, the card).
+    """map_fn of ``chunks`` float32 chunks on the model of ``gpu``, results checked: (timeline, the ideal bound, the card, a chunk's bytes).
 
     The bound is that of the work that must be done (each chunk in, computed, out), not of whatever was issued;
     a kernel takes ``kernel_seconds`` per chunk of ``elements``, in proportion to the elements it is given.
@@ -189,41 +208,61 @@ def traced_overlap(map_fn, gpu, chunks, elements, kernel_seconds):
     schedule = stream_model.Schedule.for_gpu(gpu)
     copy = schedule.copy_seconds(elements * 4)
     ideal = stream_model.pipeline(chunks, copy, kernel_seconds, copy, copy_engines=schedule.copy_engines).simulate().ideal_seconds
-    print(f"{gpu}, {chunks} chunks: makespan {timeline.makespan * 1e6:.0f} µs, ideal bound {ideal * 1e6:.0f} µs "
-          f"(modelled), {len(timeline.races)} race(s)")
-    return timeline, ideal, gpu
+    print(f"{gpu}, {chunks} chunks: makespan {timeline.makespan * 1e6:.0f} µs, {timeline.makespan / ideal:.3f}× the ideal bound "
+          f"{ideal * 1e6:.0f} µs; peak device footprint {timeline.peak_device_bytes / (2 * elements * 4):.1f} chunks' input and "
+          f"output buffers (modelled); {len(timeline.races)} race(s)")
+    return timeline, ideal, gpu, elements * 4
 
 
 def check_race_free(traced):
-    timeline, _, card = traced
+    timeline, _, card, _ = traced
     assert not timeline.races, f"on the {card} model, {len(timeline.races)} race(s), first: {timeline.races[0]}"
 
 
-def check_makespan(traced, tolerance=1.10):
-    """A racy timeline says nothing about speed: it is only as fast as it is wrong."""
+def check_makespan(traced, tolerance=1.10, memory_chunks=MEMORY_CHUNKS):
+    """Race-free first (a racy timeline is only as fast as it is wrong), then the footprint and the makespan."""
     check_race_free(traced)
-    timeline, ideal, card = traced
+    timeline, ideal, card, chunk_bytes = traced
     # The results were checked to be the whole work, so this holds; it is the model's own guard that no work went missing.
     assert timeline.makespan >= ideal * (1 - 1e-9), (
         f"on the {card} model, the makespan {timeline.makespan * 1e6:.0f} µs is below the {ideal * 1e6:.0f} µs the work needs: work was skipped")
-    assert timeline.makespan <= tolerance * ideal, (
-        f"on the {card} model, the makespan {timeline.makespan * 1e6:.0f} µs is {timeline.makespan / ideal:.2f}× the ideal {ideal * 1e6:.0f} µs; "
-        f"need at most {tolerance:.2f}×")
+    problems = []
+    held = timeline.peak_device_bytes / (2 * chunk_bytes)
+    if held > memory_chunks:
+        problems.append(f"the device footprint peaked at {held:.1f} chunks' input and output buffers; at most {memory_chunks} are allowed: "
+                        "reuse a few buffers (out=), or release them and allocate on the same streams")
+    if timeline.makespan > tolerance * ideal:
+        problems.append(f"the makespan {timeline.makespan * 1e6:.0f} µs is {timeline.makespan / ideal:.2f}× the ideal "
+                        f"{ideal * 1e6:.0f} µs; need at most {tolerance:.2f}×")
+    assert not problems, f"on the {card} model, " + "; and ".join(problems)
 
 
 # %% nbgrader={"grade_id": "overlapped_map", "solution": true}
 def overlapped_map(fn, host_chunks):
-    """fn on each chunk on the device, copies and compute overlapped across streams; results in order."""
+    """fn on each chunk on the device, copies and compute overlapped across streams, in a few reused buffers; results in order."""
     ### BEGIN SOLUTION
-    chunks = list(host_chunks)
-    lanes = [streams.Stream() for _ in chunks]
-    # Breadth-first: every copy in, then every kernel, then every copy out, so that no engine's queue
-    # holds a copy that must wait for a kernel in front of copies that could run.
-    on_device = [streams.to_device(chunk, stream=lane) for chunk, lane in zip(chunks, lanes)]
-    computed = [streams.launch(fn, x, stream=lane) for x, lane in zip(on_device, lanes)]
-    results = [streams.to_host(y, stream=lane) for y, lane in zip(computed, lanes)]
-    for lane in lanes:  # the host waits for every copy out before it reads a result
-        lane.synchronize()
+    slots = 3  # triple buffering: a chunk copied in, one computed and one copied out at a time
+    copy_in, compute, copy_out = streams.Stream(), streams.Stream(), streams.Stream()
+    inputs, outputs, computed, copied = [None] * slots, [None] * slots, [None] * slots, [None] * slots
+    results = []
+    for i, chunk in enumerate(host_chunks):
+        k = i % slots
+        if computed[k] is not None:  # the slot's input is still read by the kernel of chunk i - slots
+            copy_in.wait_event(computed[k])
+        inputs[k] = streams.to_device(chunk, stream=copy_in, out=inputs[k])
+        loaded = streams.Event()
+        loaded.record(copy_in)
+        compute.wait_event(loaded)
+        if copied[k] is not None:  # the slot's output is still read by the copy out of chunk i - slots
+            compute.wait_event(copied[k])
+        outputs[k] = streams.launch(fn, inputs[k], stream=compute, out=outputs[k])
+        computed[k] = streams.Event()
+        computed[k].record(compute)
+        copy_out.wait_event(computed[k])
+        results.append(streams.to_host(outputs[k], stream=copy_out))
+        copied[k] = streams.Event()
+        copied[k].record(copy_out)
+    streams.synchronize()  # the host waits for every copy out before it reads a result
     return results
     ### END SOLUTION
 
@@ -245,12 +284,12 @@ assert list(values) == [], f"no chunks: expected no results, got {len(values)}"
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade_id": "test_overlap_makespan", "grade": true, "points": 3}
-"""The model's timeline of overlapped_map on a T4: race-free and within 10% of the ideal bound (serial_map takes 2.1x)."""
+"""The model's timeline of overlapped_map on a T4: race-free, at most 4 chunks' buffers, within 10% of the ideal bound (serial_map takes 2.8x)."""
 check_makespan(traced_overlap(overlapped_map, "T4", CHUNKS, CHUNK_ELEMENTS, KERNEL_SECONDS))
 ### BEGIN HIDDEN TESTS
-check_makespan(traced_overlap(overlapped_map, "L4", 40, 1 << 16, 10e-6))  # 256 KiB: 8.3 µs each way over PCIe 4.0; the kernels set the pace
-check_makespan(traced_overlap(overlapped_map, "H100", 32, 1 << 17, 40e-6))  # 512 KiB: 8.3 µs each way over PCIe 5.0; the kernels set the pace
-check_makespan(traced_overlap(overlapped_map, "A100", 30, 1 << 18, 10e-6))  # 1 MiB: 33 µs each way over PCIe 4.0; the copies set the pace
+check_makespan(traced_overlap(overlapped_map, "L4", 40, 1 << 16, 10e-6))  # 256 KiB: 18.3 µs each way over PCIe 4.0; the copies set the pace
+check_makespan(traced_overlap(overlapped_map, "H100", 32, 1 << 17, 40e-6))  # 512 KiB: 18.3 µs each way over PCIe 5.0; the kernels set the pace
+check_makespan(traced_overlap(overlapped_map, "A100", 30, 1 << 18, 10e-6))  # 1 MiB: 43 µs each way over PCIe 4.0; the copies set the pace
 check_race_free(traced_overlap(overlapped_map, "T4", 2, 1000, 1e-6))  # too few chunks to fill the pipeline: races only
 ### END HIDDEN TESTS
 
@@ -258,7 +297,7 @@ check_race_free(traced_overlap(overlapped_map, "T4", 2, 1000, 1e-6))  # too few 
 """On a GPU: overlapped_map beats serial_map on 8 chunks of 4 M floats by 1.2x, on real streams."""
 # Modelled, not yet measured (gpucourse.thresholds.overlap_speed); scripts/gpu_check.sh calibrates it on the first GPU run.
 SPEEDUP_NEEDED = {"cuda": 1.2}
-print(thresholds.describe("test_overlap_speed", SPEEDUP_NEEDED["cuda"]))
+print(thresholds.describe("test_overlap_speed", SPEEDUP_NEEDED))
 small = [torch.randn(5) for _ in range(3)]  # first, a small map on the model
 check_results(modelled_map(overlapped_map, torch.sin, small)[0], torch.sin, small, "3 chunks of 5")
 if gpucourse.device_class() != "cuda":

@@ -135,10 +135,11 @@ def matmul_ijk(a, b):
 
 
 # %% nbgrader={"grade_id": "matmul_reordered", "solution": true}
-### BEGIN SOLUTION
 @njit
 def matmul_reordered(a, b):
-    """(m, k) @ (k, n) -> (m, n) in the order i, p, j: the inner loop walks rows of B and C."""
+    """(m, k) @ (k, n) -> (m, n), a new array of a's dtype, with a cache-friendly loop order."""
+    ### BEGIN SOLUTION
+    # The order i, p, j: the inner loop walks rows of B and C.
     m, k = a.shape
     n = b.shape[1]
     c = np.zeros((m, n), dtype=a.dtype)
@@ -148,7 +149,7 @@ def matmul_reordered(a, b):
             for j in range(n):
                 c[i, j] += a_ip * b[p, j]
     return c
-### END SOLUTION
+    ### END SOLUTION
 
 
 # %% nbgrader={"grade_id": "test_matmul_reordered_correct", "grade": true, "points": 1}
@@ -223,12 +224,15 @@ def add_panel(a, b, c, i0, i1, p0, p1, j0, j1):
             b_row = b[p, j0:j1]
             for j in range(j1 - j0):
                 c_row[j] += a_ip * b_row[j]
+### END SOLUTION
 
 
 @njit
 def matmul_blocked(a, b, tile=128):
-    """(m, k) @ (k, n) -> (m, n): a tile x tile panel of B kept in cache; per pass, four rows of C
-    take four rows of the panel, so each value loaded serves four multiply-adds."""
+    """(m, k) @ (k, n) -> (m, n), blocked for the cache (tile x tile panels of B) and for the registers."""
+    ### BEGIN SOLUTION
+    # A tile x tile panel of B kept in cache; per pass, four rows of C take four rows of the panel, so each value
+    # loaded serves four multiply-adds.
     m, k = a.shape
     n = b.shape[1]
     c = np.zeros((m, n), dtype=a.dtype)
@@ -255,7 +259,7 @@ def matmul_blocked(a, b, tile=128):
                 add_panel(a, b, c, i, i + 4, p4, p1, j0, j1)  # the panel's last rows, fewer than four
             add_panel(a, b, c, rows4, m, p0, p1, j0, j1)  # the rows of C left over
     return c
-### END SOLUTION
+    ### END SOLUTION
 
 
 # %% nbgrader={"grade_id": "test_matmul_blocked_correct", "grade": true, "points": 1}
@@ -325,11 +329,13 @@ def packed_tiles(x, tile_rows, tile_cols):
             r, c = min(16, rows - 16 * i), min(16, cols - 16 * j)
             tiles[i, j, :r, :c] = x[16 * i:16 * i + r, 16 * j:16 * j + c]
     return tiles
+### END SOLUTION
 
 
 @njit
 def matmul_tensorized(a, b, mma):
     """(m, k) @ (k, n) -> (m, n), every multiply-add in mma(a_tile, b_tile, c_tile) on 16 x 16 tiles packed contiguous."""
+    ### BEGIN SOLUTION
     m, k = a.shape
     n = b.shape[1]
     tiles_m, tiles_k, tiles_n = (m + 15) // 16, (k + 15) // 16, (n + 15) // 16
@@ -344,7 +350,7 @@ def matmul_tensorized(a, b, mma):
             rows, cols = min(16, m - 16 * i), min(16, n - 16 * j)
             c[16 * i:16 * i + rows, 16 * j:16 * j + cols] = acc[:rows, :cols]  # the output tile, cropped at the edges
     return c
-### END SOLUTION
+    ### END SOLUTION
 
 
 # %% nbgrader={"grade_id": "test_matmul_tensorized_correct", "grade": true, "points": 1}
@@ -399,23 +405,16 @@ check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="matmu
 # - the launcher (1 point): `triton_matmul` must launch your kernel, and the kernel must do all the work: the test counts what one call runs, and besides your kernel's launches torch may only allocate (`torch.empty`), never compute (no `@`, no `torch.matmul`). When graded it is counted in a fresh process holding only the setup cells, your launcher's cell and your kernel, so keep the launcher's cell to `torch.empty...`, the tensors' shapes and strides, `triton.cdiv` and the launch (no `torch.compile`).
 # - on a GPU, `triton_matmul` against `torch.matmul` (cuBLAS) on 4096 × 4096 float16 matrices (2 points), first checked as the launcher item checks it, then timed where it was checked: at least 0.5× cuBLAS's speed (a speedup of 0.5). That threshold is modelled, not yet measured (`gpucourse.thresholds`: both compute-bound on the tensor cores, which the roofline cannot tell apart, on every card in `gpu_specs`: V100, T4, A100, L4, H100, H200); `scripts/gpu_check.sh` will calibrate it on the first GPU run. Pick blocks that suit a GPU (64 or 128) in your launcher.
 #
-# The answer cell below starts empty; its shape is
-#
-# ```python
-# @triton.jit
-# def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-#                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-#     ...
-# ```
+# The kernel's answer cell below holds its first lines; write its body in place of the `raise` line.
 #
 # About 20 lines, with the launcher.
 
 # %% nbgrader={"grade_id": "matmul_kernel", "solution": true}
-### BEGIN SOLUTION
 @triton.jit
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """C[tile] = A[rows, :] @ B[:, cols] for this program's BLOCK_M x BLOCK_N tile, masked at the edges."""
+    ### BEGIN SOLUTION
     tiles_n = tl.cdiv(N, BLOCK_N)
     pid = tl.program_id(0)
     rows = (pid // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -428,7 +427,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
         b = tl.load(b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn, mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
         acc += tl.dot(a, b)
     tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn, acc, mask=(rows[:, None] < M) & (cols[None, :] < N))
-### END SOLUTION
+    ### END SOLUTION
 
 
 # %% nbgrader={"grade_id": "triton_matmul", "solution": true}
@@ -457,9 +456,11 @@ def check_matmul_kernel(kernel, m, k, n):
     buffer = torch.full((m + PAD, n + PAD), float("nan"), device=device)
     c = buffer[:m, :n]  # row stride n + PAD: a store without a mask lands in the NaN border
     grid = (triton.cdiv(m, BLOCK) * triton.cdiv(n, BLOCK),)
-    kernel[grid](a, b, buffer, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-                 BLOCK_M=BLOCK, BLOCK_N=BLOCK, BLOCK_K=BLOCK)
-    # On a GPU, tl.dot rounds float32 inputs to TF32 (10-bit mantissa): hence the tolerance.
+    launch = check.written(kernel)[grid]  # unwritten: its stub's error here, not Triton's
+    launch(a, b, buffer, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+           BLOCK_M=BLOCK, BLOCK_N=BLOCK, BLOCK_K=BLOCK)
+    # On an Ampere or newer GPU, tl.dot rounds float32 inputs to TF32 (10-bit mantissa) by default (Triton's `input_precision`);
+    # a T4 or V100 has no TF32 and multiplies in full FP32. The tolerance covers both.
     check.assert_close(buffer[:m, :n], a @ b, rtol=1e-2, atol=1e-2 * math.sqrt(k), name=f"matmul_kernel on ({m}, {k}) @ ({k}, {n})")
     border = torch.cat([buffer[:m, n:].reshape(-1), buffer[m:].reshape(-1)])
     assert bool(torch.isnan(border).all()), f"matmul_kernel on ({m}, {k}) @ ({k}, {n}) wrote outside C: mask the store"
@@ -496,7 +497,7 @@ for m, k, n in [(1, 1, 1), (70, 33, 9)]:
 """On a GPU: triton_matmul, launching only your kernel, reaches 0.5x the speed of torch.matmul (cuBLAS) on 4096 x 4096 float16 matrices."""
 # Modelled, not yet measured (gpucourse.thresholds.triton_matmul_speed); scripts/gpu_check.sh calibrates it on the first GPU run.
 SPEEDUP_NEEDED = {"cuda": 0.5}
-print(thresholds.describe("test_triton_matmul_speed", SPEEDUP_NEEDED["cuda"]))
+print(thresholds.describe("test_triton_matmul_speed", SPEEDUP_NEEDED))
 check_triton_matmul(triton_matmul, torch.randn(40, 50, device=gpucourse.device()), torch.randn(50, 70, device=gpucourse.device()))  # first, a small call
 if gpucourse.device_class() != "cuda":
     print("needs a GPU: there tl.dot runs on the tensor cores, as cuBLAS does")
@@ -516,16 +517,17 @@ else:
 # %% [markdown]
 # ## Question 6: why tensor cores need the tiled form (1 point, graded by hand)
 #
-# A tensor core executes `D = A·B + C` on small fixed tiles (16 × 16 × 16 in half precision on an A100, say) in one instruction, about 16 times the FLOP/s of the same card's ordinary FP32 units.
+# A tensor core executes `D = A·B + C` on small fixed tiles: on an A100 one warp-wide `mma.sync` instruction multiplies a 16 × 16 half-precision tile by a 16 × 8 one (shape m16n8k16: PTX ISA, "Warp-level matrix instructions: mma"), and CUDA's `wmma` API hands out 16 × 16 × 16 fragments, two such instructions each (CUDA C++ Programming Guide, "Warp Matrix Functions").
+# The A100's tensor cores reach 312 TFLOP/s of FP16, 16 times its 19.5 TFLOP/s of ordinary FP32 (NVIDIA A100 datasheet).
 # Explain why a compiler can only use it after the loop nest has been tiled and tensorized as in Questions 3-4, and what would go wrong if the loops were left in the `ijk` order of `matmul_ijk`.
-# Use the numbers: the arithmetic intensity a 16 × 16 × 16 tile step has (FLOPs per byte of its operands) against the intensity a whole card needs to keep its tensor cores busy (an A100: 312 TFLOP/s of FP16 against 2 TB/s of memory).
+# Use the numbers: the arithmetic intensity a 16 × 16 × 16 fragment step has (FLOPs per byte of its operands) against the intensity a whole card needs to keep its tensor cores busy (an A100: 312 TFLOP/s of FP16 against 2 TB/s of memory).
 # Three to five sentences.
 
 # %% [markdown] nbgrader={"grade_id": "tensor_core_answer", "solution": true, "grade": true, "points": 1}
 # YOUR ANSWER HERE
 #
 # BEGIN SOLUTION
-# The instruction's unit of work is a whole 16 × 16 × 16 block: its operands must be two tiles already loaded into registers (from shared memory), so the loop nest must first be split into tiles whose innermost block is exactly that product; loops in `ijk` order produce one scalar multiply-add at a time, which no tensor instruction can take.
+# The instruction's unit of work is a whole tile product (16 × 16 × 16 for a `wmma` fragment, m16n8k16 for one `mma.sync`): its operands must be two tiles already loaded into registers (from shared memory), so the loop nest must first be split into tiles whose innermost block is exactly that product; loops in `ijk` order produce one scalar multiply-add at a time, which no tensor instruction can take.
 # One tile step does 2 · 16³ = 8192 FLOPs on 2 · 16² half-precision values, 1 KB, about 8 FLOP/byte; an A100 needs 312 TFLOP/s / 2 TB/s ≈ 156 FLOP/byte from memory to keep its tensor cores busy.
-# So each loaded tile must be reused many times: blocks of 128 × 128 outputs staged in shared memory (each A and B value then serves 128 multiply-adds, 64 FLOP/byte per operand and more with larger K steps) are what lift the intensity towards the ridge point; the `ijk` order rereads a column of B per output element and would leave the tensor cores waiting on memory at a few percent of their peak.
+# So each loaded tile must be reused many times: blocks of 128 × 128 outputs staged in shared memory (each A and B value then serves 128 multiply-adds: per K step of depth k, 2 · 128 · 128 · k FLOPs on 2 · 128 · k half-precision values, 64 FLOP/byte whatever k is, since k cancels; only larger output blocks raise it) are what lift the intensity towards the ridge point; the `ijk` order rereads a column of B per output element and would leave the tensor cores waiting on memory at a few percent of their peak.
 # END SOLUTION

@@ -10,7 +10,7 @@
 # - Grading reruns every test cell, plus hidden tests with other shapes, seeds and edge cases.
 # - Everything but one item runs on a CPU; the fast loop's speed item waits for a GPU regrade.
 #
-# When graded, each training answer runs in a fresh process that holds only this notebook's setup cells and the answer cells it needs, and the grader measures what it returns itself: it counts the host reads of your `train_step` there, compares your fast loop's trajectory with the seed's, and samples your ring generator in its own process, against a ring it draws when it grades.
+# When graded, each training answer runs in a fresh process that holds only this notebook's setup cells and the answer cells it needs, and the grader measures what it returns itself: it counts the host reads of your `train_step` there, compares your fast loop's trajectory with `seed_train_loop`'s, and samples your ring generator in its own process, against a ring it draws when it grades.
 #
 # Points: 15 autograded (2 of them on a GPU), 1 graded by hand.
 
@@ -183,7 +183,7 @@ check_coverage(far, ring, 0.2, mode_coverage(far, ring, 0.2))
 # %% [markdown]
 # ## Question 3: a training step without host syncs (4 points)
 #
-# `seed_train_step` below is the seed's training step: a discriminator step, then a generator step, with the Sigmoid and `BCELoss`, returning the losses as Python floats.
+# `seed_train_step` below is the seed's training step (a discriminator step, then a generator step, with the Sigmoid and `BCELoss`) with two changes: its generator step reuses the discriminator step's fake batch, where the seed draws a fresh latent batch, and it returns both losses as Python floats with `.item()`, as training scripts that log every step do (the seed itself never reads a loss).
 # Each `.item()` is a **host synchronisation** on a GPU: the CPU stops queueing work until the GPU has finished everything before it.
 # Write `train_step(G, D, opt_g, opt_d, real, z)` that does the same two steps and returns both losses as tensors, **without reading any tensor's value on the host**:
 # 1. the discriminator step: `fake = G(z)`; `d_loss` from `D(real)` and `D(fake.detach())` with your `gan_losses`; zero D's gradients, backward, `opt_d.step()`;
@@ -213,7 +213,8 @@ def ring_discriminator():
 
 
 def seed_train_step(G, D, opt_g, opt_d, real, z):
-    """The seed's step: Sigmoid and BCELoss, one D step then one G step, the losses read with .item() (two host syncs)."""
+    """The seed's step (Sigmoid and BCELoss, one D step then one G step) on one latent batch, plus what the seed never does:
+    it returns the losses read with .item(), two host syncs, as a training log would (seed 003 reads nothing)."""
     bce = nn.BCELoss()
     fake = G(z)
     opt_d.zero_grad()
@@ -461,15 +462,15 @@ check_ring(weights, ring, seed=2026)  # other latents: a generator that learned 
 # %% [markdown]
 # ## Question 5: a fast training loop for a GPU (2 points, on a GPU)
 #
-# `seed_train_loop` below trains the seed's full-size GAN (100 → 256 → 784 and 784 → 256 → 1) the seed's way: float32, `seed_train_step` every step, two `.item()` syncs a step.
+# `seed_train_loop` below trains the seed's full-size GAN (100 → 256 → 784 and 784 → 256 → 1) as a script that logs every step would: float32, `seed_train_step` every step, two `.item()` syncs a step (the seed's own loop reads nothing).
 # Write `fast_train_loop(G, D, opt_g, opt_d, real, z, steps)`, which trains the same networks for `steps` steps on the batch `real` and latents `z` and returns the losses as one `(steps, 2)` tensor on the device, with the lecture's techniques:
 # - no host synchronisation inside the loop (your `train_step`'s rule);
 # - mixed precision: `torch.autocast` with float16 and a `torch.amp.GradScaler` on a GPU (or bfloat16, which needs no scaler), bfloat16 autocast on a CPU that supports it.
 #   Prefer bfloat16 where the GPU has it (A100 and later: `torch.cuda.is_bf16_supported(including_emulation=False)`; without that argument it also says yes on a T4 or V100, which only emulate it): `GradScaler.step` reads its overflow check on the host, a sync every optimizer step, unless the optimizer is fused (lecture 10, section 6), and the optimizers here are not.
 #
 # Graded on a GPU (2 points): `STEPS` steps on a batch of 8192 run at least 1.3× faster than `seed_train_loop`'s.
-# That threshold is modelled, not yet measured (`gpucourse.thresholds.gan_loop_speed`: the seed's loop pays its launches and its float32 work one after the other, a sync-free float16 loop the larger of the two: 2.0-6.2× on the cards in `gpu_specs`: V100, T4, A100, L4, H100, H200); `scripts/gpu_check.sh` will calibrate it on the first GPU run.
-# On any device the item first checks that your loop trains as the seed's does: 5 steps from the same networks on a batch of 64 must end with the parameters within `TRAJECTORY_TOLERANCE` = 0.5 of the way the float32 `seed_train_loop` moved them (the distance between the two, over the distance the seed's loop moved; the reference's bfloat16 loop is at 0.03-0.04, a loop that stops after one step at 0.8), must return the losses of each step within 0.05 (+5 %) of the seed's (the reference: 2e-4; the margins leave room for a float16 GradScaler that skips a step), and, on a CPU, must read nothing on the host (counted by the grader with `syncs.count_host_reads()`); then it waits for a GPU regrade.
+# That threshold is modelled, not yet measured (`gpucourse.thresholds.gan_loop_speed`: `seed_train_loop` pays its launches and its float32 work one after the other, a sync-free float16 loop the larger of the two: 2.0-6.2× on the cards in `gpu_specs`: V100, T4, A100, L4, H100, H200); `scripts/gpu_check.sh` will calibrate it on the first GPU run.
+# On any device the item first checks that your loop trains as `seed_train_loop` does: 5 steps from the same networks on a batch of 64 must end with the parameters within `TRAJECTORY_TOLERANCE` = 0.5 of the way the float32 `seed_train_loop` moved them (the distance between the two, over the distance `seed_train_loop` moved; the reference's bfloat16 loop is at 0.03-0.04, a loop that stops after one step at 0.8), must return the losses of each step within 0.05 (+5 %) of `seed_train_loop`'s (the reference: 2e-4; the margins leave room for a float16 GradScaler that skips a step), and, on a CPU, must read nothing on the host (counted by the grader with `syncs.count_host_reads()`); then it waits for a GPU regrade.
 #
 # About 15 lines.
 
@@ -488,7 +489,8 @@ def seed_train_loop(G, D, opt_g, opt_d, real, z, steps):
 
 
 def loop_models(seed=0, _nets=seed_gan):
-    """(G, D, opt_g, opt_d): the seed's GAN from ``seed`` on DEVICE, Adam at 2e-4 (betas 0.5, 0.999) as the seed trains it."""
+    """(G, D, opt_g, opt_d): the seed's GAN from ``seed`` on DEVICE, Adam at the seed's 2e-4, with DCGAN's betas (0.5, 0.999)
+    where the seed keeps Adam's defaults (0.9, 0.999)."""
     torch.manual_seed(seed)
     G, D = (net.to(DEVICE) for net in _nets())
     opt_g = torch.optim.Adam(G.parameters(), lr=2e-4, betas=(0.5, 0.999))
@@ -549,9 +551,9 @@ def check_loop(counted):
 
 
 # %% nbgrader={"grade_id": "fast_train_loop", "solution": true}
-### BEGIN SOLUTION
 def fast_train_loop(G, D, opt_g, opt_d, real, z, steps):
     """``steps`` GAN steps in mixed precision without host syncs; returns the (steps, 2) losses on the device."""
+    ### BEGIN SOLUTION
     # bfloat16 where the GPU has it: it keeps float32's range, so it needs no GradScaler, whose step reads
     # (syncs on) its overflow check; float16 on older GPUs (V100, T4) needs the scaler.
     dtype = torch.bfloat16 if not real.is_cuda or torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
@@ -572,14 +574,14 @@ def fast_train_loop(G, D, opt_g, opt_d, real, z, steps):
         scaler.update()
         history[step, 0], history[step, 1] = d_loss.detach(), g_loss.detach()
     return history
-### END SOLUTION
+    ### END SOLUTION
 
 
 # %% nbgrader={"grade_id": "test_fast_train_loop_gpu_speed", "grade": true, "points": 2} tags=["requires-gpu"]
 """On a GPU: STEPS steps of fast_train_loop on a batch of 8192 run 1.3x faster than seed_train_loop's."""
 # Modelled, not yet measured (gpucourse.thresholds.gan_loop_speed); scripts/gpu_check.sh calibrates it on the first GPU run.
 SPEEDUP_NEEDED = {"cuda": 1.3}
-print(thresholds.describe("test_fast_train_loop_gpu_speed", SPEEDUP_NEEDED["cuda"]))
+print(thresholds.describe("test_fast_train_loop_gpu_speed", SPEEDUP_NEEDED))
 check_loop(check.answers_only(loop_trains, "fast_train_loop")())  # first, a loop that trains as the seed's does
 ### BEGIN HIDDEN TESTS
 check_loop(check.answers_only(loop_trains, "fast_train_loop")(5))
