@@ -1,10 +1,10 @@
 """The course in a real browser: JupyterLab as `make lab` starts it, driven by headless Chromium.
 
-What a student does: open lecture 02, run all cells, play with the occupancy calculator; open an
-assignment as released and run it, in a JupyterLab without nbgrader's instructor UI. The server
-is `autograder.lab.lab_command` with `lab_environment` (what `make lab` runs) plus only what a
-headless test needs: no browser, a free port on 127.0.0.1, a token, checkpoints and Jupyter's
-user dirs in a temporary folder, autosave off. A second server, as `make lab-instructor` starts
+What a student does: open lecture 02, run all cells, play with the occupancy calculator; open each
+lecture from 05 on and run all cells; open an assignment as released and run it, in a JupyterLab
+without nbgrader's instructor UI. The server is `autograder.lab.lab_command` with `lab_environment`
+(what `make lab` runs) plus only what a headless test needs: no browser, a free port on 127.0.0.1,
+a token, checkpoints and Jupyter's user dirs in a temporary folder, autosave off. A second server, as `make lab-instructor` starts
 it, shows that the same page does have the instructor UI there (no kernel: nothing runs).
 Nothing in the repository may change: the server's contents events must all be reads, the
 opened notebooks keep their hashes and no file appears in their folders.
@@ -14,16 +14,24 @@ renders an error output exactly like stderr (`.jp-OutputArea-output[data-mime-ty
 "application/vnd.jupyter.stderr"]` for both), so the DOM alone cannot tell a warning from a
 traceback; the DOM is checked against those messages.
 
+Lectures from 05 on (course_helpers.BROWSER_LECTURES) run here instead of in tests/test_notebooks.py, once per
+test run: their executed notebook is rebuilt from the kernel's messages (as nbclient records outputs) and must
+pass course_helpers.assert_lecture_acceptable, with the Run All's wall time for its budget. Each figure and widget
+they show is saved as a screenshot, and each training monitor (an output showing "epoch 3/20" or "step 50/400")
+also while its cell runs: `<lecture>_cell<NN>_<k>.png` (NN: the cell's index in the notebook, k: the cell's k-th
+screenshot), listed with what it shows and the cell's first line in index.md, for a reviewer to look at.
+
 Needs Debian's chromium (`apt-get install chromium`) and the playwright package (`pip install
 playwright`, in the dev extra); never `playwright install`. Skipped where either is missing,
 except under CI=true, where it fails. Screenshots: $GPUCOURSE_SCREENSHOT_DIR, else
-.test-artifacts/browser/ (kept when the test fails, with the server's log).
+.test-artifacts/browser/ (kept when the test fails, with the servers' logs, one per test worker).
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import hashlib
 import json
 import os
@@ -42,20 +50,30 @@ import nbformat
 import psutil
 import pytest
 
+from autograder import compile_seed
 from autograder.lab import REPO_ROOT, lab_command, lab_environment
+from course_helpers import (
+    BROWSER_LECTURES,
+    CHROMIUM,
+    LoadMeter,
+    assert_lecture_acceptable,
+    browser_missing,
+    one_class_per_module,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]  # slow: make test-fast leaves it out
 
-CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 LECTURE = "course/02_architecture.ipynb"
 ASSIGNMENT = "assignments/02_architecture/02_architecture.ipynb"  # ~7 s of kernel time on 2 cores (01: ~5 s)
 # JupyterLab settings for the test's own (temporary) user-settings folder: never write a notebook,
-# and no "get Jupyter news?" toast over the page.
+# no "get Jupyter news?" toast over the page, and every cell attached and laid out (no windowing), so that
+# any output can be found, scrolled to and screenshot at once.
 LAB_SETTINGS = {
     "@jupyterlab/docmanager-extension/plugin": {"autosave": False},
     "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+    "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
 }
 
 
@@ -66,20 +84,16 @@ def _artifacts_dir() -> Path:
 
 
 def _playwright():
-    """playwright.sync_api, or a skip (a failure under CI=true) saying what to install."""
-    missing = []
-    try:
-        from playwright import sync_api
-    except ImportError:
-        sync_api = None
-        missing.append("the playwright package (pip install playwright; it is in the dev extra: make install)")
-    if not CHROMIUM.exists():
-        missing.append(f"Debian's chromium at {CHROMIUM} (apt-get install chromium)")
+    """playwright.sync_api, or a skip (a failure under CI=true) saying what to install. tests/test_notebooks.py
+    asks the same question (course_helpers.browser_test_runs) to leave the lectures run here to this test."""
+    missing = browser_missing()
     if missing:
         message = "browser test needs " + " and ".join(missing) + "; never `playwright install`: it uses Debian's chromium"
         if os.environ.get("CI") == "true":
             pytest.fail(message + " (CI=true: this test must run in CI)")
         pytest.skip(message)
+    from playwright import sync_api
+
     return sync_api
 
 
@@ -90,7 +104,7 @@ def _snapshot() -> dict[str, str | None]:
     """sha256 of the notebooks the test opens, and every file (ignored ones too, e.g.
     .ipynb_checkpoints/) in their folders, where the kernels run: none may appear or go. Other
     files there are left out: people may rebuild the course while the test runs."""
-    opened = {REPO_ROOT / path for path in (LECTURE, ASSIGNMENT)}
+    opened = {REPO_ROOT / path for path in (LECTURE, ASSIGNMENT)} | set(BROWSER_LECTURES)
     found: dict[str, str | None] = {}
     for top in {path.parent for path in opened}:
         for folder, subfolders, files in os.walk(top):
@@ -191,7 +205,8 @@ def _running_lab(home: Path, untouched: dict[str, str | None], *, instructor: bo
                 f"--IdentityProvider.token={token}",
                 f"--FileCheckpoints.checkpoint_dir={home / 'checkpoints'}",  # JupyterLab checkpoints a notebook on opening it
                 *test_only]
-    log = _artifacts_dir() / ("jupyterlab-instructor.log" if instructor else "jupyterlab.log")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # each worker running a test here starts its own server
+    log = _artifacts_dir() / f"jupyterlab{'-instructor' if instructor else ''}{f'-{worker}' if worker else ''}.log"
     url = f"http://127.0.0.1:{port}"
     with log.open("w") as log_file:
         process = subprocess.Popen(lab_command(*headless, instructor=instructor), cwd=REPO_ROOT,
@@ -229,12 +244,19 @@ def instructor_lab(browser, tmp_path_factory):
 
 @dataclass
 class ServerTraffic:
-    """Code sent for execution (by request id), the kernel's error messages, and the server's
-    contents events (every read, save, rename... of a file through JupyterLab)."""
+    """Code sent for execution (by request id, in the order sent), the kernel's error messages, the
+    outputs each request produced (:meth:`executed`), and the server's contents events (every read,
+    save, rename... of a file through JupyterLab)."""
 
     code: dict[str, str] = field(default_factory=dict)
     errors: list[dict] = field(default_factory=list)
     contents: list[dict] = field(default_factory=list)
+    outputs: dict[str, list] = field(default_factory=dict)  # request id -> its outputs, as nbclient would record them
+    counts: dict[str, int] = field(default_factory=dict)  # request id -> its execution count
+    _captures: dict[str, str] = field(default_factory=dict)  # Output widget (comm id) -> the request it captures, or ""
+    _captured: dict[str, list[str]] = field(default_factory=dict)  # request id -> the Output widgets capturing it
+    _clear_pending: set[str] = field(default_factory=set)  # requests that asked clear_output(wait=True)
+    _displays: dict[str, list[tuple[str, dict]]] = field(default_factory=dict)  # display id -> (request, output) showing it
 
     def watch(self, page) -> None:
         def attach(ws):
@@ -250,10 +272,77 @@ class ServerTraffic:
         channel, header, parent, content = _decode(payload)
         if sent and channel == "shell" and header.get("msg_type") == "execute_request":
             self.code[header["msg_id"]] = content.get("code", "")
-        elif not sent and channel == "iopub" and header.get("msg_type") == "error":
-            self.errors.append({"code": self.code.get(parent.get("msg_id"), f"<{parent.get('msg_type')} message>"),
-                                "ename": content.get("ename"), "evalue": content.get("evalue", ""),
-                                "traceback": _strip_ansi("\n".join(content.get("traceback", [])))})
+        elif not sent and channel == "iopub":
+            if header.get("msg_type") == "error":
+                self.errors.append({"code": self.code.get(parent.get("msg_id"), f"<{parent.get('msg_type')} message>"),
+                                    "ename": content.get("ename"), "evalue": content.get("evalue", ""),
+                                    "traceback": _strip_ansi("\n".join(content.get("traceback", [])))})
+            self._output(header.get("msg_type"), parent.get("msg_id"), content)
+
+    def _output(self, kind: str, request: str | None, content: dict) -> None:
+        """Record an IOPub message as nbclient's NotebookClient does (its process_message, output and
+        clear_output, and its OutputWidget for ipywidgets' Output): what ``with output_widget:`` captures goes to
+        the widget, not the cell; clear_output(wait=True) clears at the next output; a display id's outputs
+        follow its updates. Only the outputs of cells' execute requests are kept (not of widget callbacks)."""
+        if kind in ("comm_open", "comm_msg"):
+            self._widget_message(content)
+            return
+        if request not in self.code:
+            return
+        if kind == "execute_input":
+            self.counts[request] = content.get("execution_count")
+            return
+        display_id = (content.get("transient") or {}).get("display_id")
+        if display_id and kind in ("display_data", "execute_result", "update_display_data"):
+            for _, shown in self._displays.get(display_id, []):
+                shown.update(data=content.get("data", {}), metadata=content.get("metadata", {}))
+        if self._captured.get(request) or kind not in ("stream", "display_data", "execute_result", "error", "clear_output"):
+            return
+        outputs = self.outputs.setdefault(request, [])
+        if kind == "clear_output" and content.get("wait"):
+            self._clear_pending.add(request)
+            return
+        if kind == "clear_output" or request in self._clear_pending:
+            self._clear_pending.discard(request)
+            outputs.clear()
+            self._displays = {key: [(r, o) for r, o in shown if r != request] for key, shown in self._displays.items()}
+            if kind == "clear_output":
+                return
+        output = nbformat.v4.output_from_msg({"header": {"msg_type": kind}, "content": content})
+        if kind == "stream" and outputs and outputs[-1].output_type == "stream" and outputs[-1].name == output.name:
+            outputs[-1].text += output.text  # as JupyterLab shows them: one stream output, not one per message
+        else:
+            outputs.append(output)
+        if display_id:
+            self._displays.setdefault(display_id, []).append((request, output))
+
+    def _widget_message(self, content: dict) -> None:
+        """Follow ipywidgets' Output widgets: while one's ``msg_id`` names a request, it captures that request's outputs."""
+        data = content.get("data") or {}
+        state, widget = data.get("state") or {}, content.get("comm_id")
+        if state.get("_model_name") == "OutputModel":
+            self._captures.setdefault(widget, "")
+        if widget not in self._captures or "msg_id" not in state:
+            return
+        if state["msg_id"]:
+            self._captured.setdefault(state["msg_id"], []).append(widget)
+        elif self._captured.get(self._captures[widget]):
+            self._captured[self._captures[widget]].pop()
+        self._captures[widget] = state["msg_id"]
+
+    def executed(self, notebook) -> nbformat.NotebookNode:
+        """``notebook`` as these messages ran it: each code cell with the outputs and execution count of the
+        request that sent its code (cells matched to requests in order, by their code)."""
+        executed = copy.deepcopy(notebook)
+        requests = list(self.code.items())
+        for cell in _code_cells(executed):
+            cell.outputs, cell.execution_count = [], None
+            found = next((i for i, (_, code) in enumerate(requests) if code == cell.source), None)
+            if found is not None:
+                request = requests[found][0]
+                requests = requests[found + 1:]
+                cell.outputs, cell.execution_count = self.outputs.get(request, []), self.counts.get(request)
+        return executed
 
     def _event(self, payload) -> None:
         event = json.loads(payload)
@@ -365,6 +454,199 @@ def _scroll_up_until_rendered(page, locator, steps: int = 80) -> None:
             return
         scroller.evaluate("e => e.scrollBy(0, -500)")
         page.wait_for_timeout(150)
+
+
+# --- lectures from 05 on: Run All, as a student does, screenshot and checked ---------------------
+
+# A code cell's own outputs (not those inside an ipywidgets Output widget, which has an output area of its own).
+OUTPUTS = ".jp-Cell-outputArea > .jp-OutputArea-child > .jp-OutputArea-output"
+FIGURE_TYPES = ("image/png", "image/jpeg", "image/svg+xml")  # an output's data-mime-type
+WIDGET_TYPE = "application/vnd.jupyter.widget-view+json"  # a widget's output has none: its view (.jupyter-widgets) tells it
+# A training monitor's progress as its text shows it (gpucourse.widgets.TrainingMonitor's bar: "epoch 3/20").
+PROGRESS = r"\b(epoch|step)\s+(\d+)\s*/\s*(\d+)"
+RUN_ALL_SECONDS = 600  # as long as nbclient gives one cell (course_helpers.execute_notebook)
+
+# Waits in the page (read every 0.25 s there, no round trip to the test per look) until Run All is over (no cell
+# running or queued, one ran, the kernel idle: an error stops the run early) or the running cell (the first "[*]":
+# Run All marks every queued cell so) shows a training monitor to screenshot: its progress past 0 and short of its
+# end, where `shot` ("cell:output" -> the progress screenshot before) has none, or one from before half way and
+# now it is past half way. Returns the running cell (-1: over), and the output and its progress to screenshot.
+_NEXT = """([kernel, progress, outputs, shot]) => {
+  const cells = [...document.querySelectorAll('.jp-NotebookPanel .jp-CodeCell')];
+  const prompts = cells.map(cell => cell.querySelector('.jp-InputPrompt').textContent.trim());
+  const running = prompts.indexOf('[*]:');
+  if (running < 0) {
+    const idle = document.querySelector('.jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status="idle"]')
+        && [...document.querySelectorAll('#jp-main-statusbar .jp-StatusBar-TextItem')].some(e => e.textContent.trim() === kernel + ' | Idle');
+    return idle && prompts.some(prompt => /^\\[\\d+\\]:$/.test(prompt)) ? {running} : false;
+  }
+  const pattern = new RegExp(progress, 'i');
+  const shown = [...cells[running].querySelectorAll(outputs)];
+  for (let output = 0; output < shown.length; output++) {
+    const found = shown[output].textContent.match(pattern);
+    const [done, total] = found ? [Number(found[2]), Number(found[3])] : [0, 0];
+    const before = shot[running + ':' + output];
+    if (done > 0 && done < total && (before === undefined || (before < 0.5 && done / total >= 0.5)))
+      return {running, output, progress: [found[1], done, total]};
+  }
+  return false;
+}"""
+
+
+def _outputs(page, code_cell: int):
+    return page.locator(".jp-NotebookPanel .jp-CodeCell").nth(code_cell).locator(OUTPUTS)
+
+
+@dataclass
+class LectureShots:
+    """Screenshots of one lecture's figures and widgets, ``<lecture>_cell<NN>_<k>.png`` in the artifacts
+    folder (NN: the cell's index in the notebook; k: its k-th screenshot), and what each one shows."""
+
+    lecture: str
+    notebook: nbformat.NotebookNode
+    taken: list[dict] = field(default_factory=list)  # {"file", "cell", "shows"}
+    running: dict[tuple[int, int], tuple[Path, float]] = field(default_factory=dict)  # (cell, output) -> (file, progress)
+
+    def __post_init__(self):
+        self.cells = [index for index, cell in enumerate(self.notebook.cells) if cell.cell_type == "code"]
+        for old in _artifacts_dir().glob(f"{self.lecture}_cell*.png"):  # what this folder shows is this run's
+            old.unlink()
+
+    def take(self, output, cell: int, shows: str, path: Path | None = None, timeout: float = 30_000) -> Path:
+        """Screenshot ``output`` (a locator) once it is drawn: laid out, its images loaded."""
+        if path is None:
+            path = _artifacts_dir() / f"{self.lecture}_cell{cell:02d}_{1 + sum(shot['cell'] == cell for shot in self.taken)}.png"
+        output.scroll_into_view_if_needed(timeout=timeout)
+        output.page.wait_for_function(
+            "e => e.getBoundingClientRect().height > 0 && [...e.querySelectorAll('img')].every(i => i.complete && i.naturalWidth > 0)",
+            arg=output.element_handle(timeout=timeout), timeout=timeout, polling=100)
+        output.screenshot(path=str(path), timeout=timeout)
+        self.taken = [shot for shot in self.taken if shot["file"] != path.name] + [{"file": path.name, "cell": cell, "shows": shows}]
+        return path
+
+    def shot_progress(self) -> dict[str, float]:
+        """"code cell:output" -> the progress (0 to 1) its screenshot while running showed, for _NEXT."""
+        return {f"{self.cells.index(cell)}:{output}": progress for (cell, output), (_, progress) in self.running.items()}
+
+    def while_running(self, page, code_cell: int, output: int, progress: list) -> bool:
+        """Screenshot a training monitor of the running cell (once it has made progress, and again once it is past
+        half way, in the same file): a monitor as a student watches it, mid-run. False if the output changed meanwhile."""
+        from playwright.sync_api import Error as PlaywrightError
+
+        cell, (unit, done, total) = self.cells[code_cell], progress
+        before = self.running.get((cell, output))
+        try:
+            path = self.take(_outputs(page, code_cell).nth(output), cell, f"training monitor while its cell runs ({unit} {done}/{total})",
+                             before[0] if before else None, timeout=5_000)
+        except PlaywrightError:  # the cell moved on meanwhile (its output redrawn, or gone)
+            return False
+        self.running[(cell, output)] = (path, done / total)
+        return True
+
+    def after_run(self, page) -> None:
+        """Screenshot every figure and widget the lecture shows; a training monitor must also have been taken mid-run."""
+        not_seen_running = []
+        for code_cell, cell in enumerate(self.cells):
+            outputs = _outputs(page, code_cell)
+            found = outputs.evaluate_all("""(outputs, [pattern, widget]) => outputs.map(o => {
+                const progress = o.textContent.match(new RegExp(pattern, 'i'));
+                return [o.dataset.mimeType || (o.querySelector(':scope > .jupyter-widgets') ? widget : null), progress ? progress.slice(1) : null];
+            })""", [PROGRESS, WIDGET_TYPE])
+            for output, (kind, progress) in enumerate(found):
+                if kind in FIGURE_TYPES:
+                    self.take(outputs.nth(output), cell, "figure")
+                elif kind == WIDGET_TYPE and progress:
+                    self.take(outputs.nth(output), cell, f"training monitor when its cell is done ({' '.join(progress[:1])} {'/'.join(progress[1:])})")
+                    if (cell, output) not in self.running:
+                        not_seen_running.append(f"cell {cell}")
+                elif kind == WIDGET_TYPE:
+                    self.take(outputs.nth(output), cell, "widget")
+        self.write_index()
+        assert not_seen_running == [], (f"{self.lecture}: no screenshot of the training monitor in {not_seen_running} while its cell ran "
+                                        "(the page is read every 0.25 s: did it make progress only at its very end?)")
+
+    def write_index(self) -> None:
+        """List this lecture's screenshots in the artifacts folder's index.md (each test worker adds its lectures')."""
+        from filelock import FileLock
+
+        index = _artifacts_dir() / "index.md"
+        header = ["# Screenshots of the lectures' figures, widgets and training monitors (tests/test_browser.py)", "",
+                  "| file | cell | shows | the cell's first line |", "| --- | --- | --- | --- |"]
+        with FileLock(str(index) + ".lock"):
+            rows = [line for line in (index.read_text().splitlines() if index.exists() else [])
+                    if line.startswith("| ") and ".png |" in line and not line.startswith(f"| {self.lecture}_cell")]
+            for shot in self.taken:
+                first = (self.notebook.cells[shot["cell"]].source.splitlines() or [""])[0].replace("|", "\\|")
+                rows.append(f"| {shot['file']} | {shot['cell']} | {shot['shows']} | `{first}` |")
+            index.write_text("\n".join(header + sorted(rows)) + "\n")
+
+
+def _run_all(page, notebook, shots: LectureShots, timeout: float = RUN_ALL_SECONDS) -> None:
+    """Run → Run All Cells, and wait until the run is over, screenshotting the training monitors of the running
+    cell meanwhile (_NEXT)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    kernel = notebook.metadata.kernelspec.display_name
+    _run_menu(page, "runmenu:run-all")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            wanted = page.wait_for_function(_NEXT, arg=[kernel, PROGRESS, OUTPUTS, shots.shot_progress()], polling=250,
+                                            timeout=max(deadline - time.monotonic(), 1) * 1000).json_value()
+        except PlaywrightTimeout:
+            pytest.fail(f"Run All did not finish within {timeout:.0f} s; the prompts: {_prompts(page)}")
+        if wanted["running"] < 0:
+            return
+        if not shots.while_running(page, wanted["running"], wanted["output"], wanted["progress"]):
+            page.wait_for_timeout(250)
+
+
+def _output_counts(page) -> list[int]:
+    """How many outputs each code cell shows."""
+    return page.locator(".jp-NotebookPanel .jp-CodeCell").evaluate_all("(cells, outputs) => cells.map(c => c.querySelectorAll(outputs).length)",
+                                                                       OUTPUTS)
+
+
+def _shut_down_kernel(lab: Lab, path: str) -> None:
+    """Stop the kernel of ``path``'s session: a lecture's kernel holds torch and its data, and the server may run
+    other lectures after it."""
+    headers = {"Authorization": f"token {lab.token}"}
+    with urllib.request.urlopen(urllib.request.Request(f"{lab.url}/api/sessions", headers=headers), timeout=30) as answer:
+        sessions = json.load(answer)
+    for session in sessions:
+        if session.get("path") == path:
+            request = urllib.request.Request(f"{lab.url}/api/sessions/{session['id']}", method="DELETE", headers=headers)
+            urllib.request.urlopen(request, timeout=60).close()
+
+
+def _run_lecture(browser, lab: Lab, path: str, capsys) -> None:
+    """Open the lecture at ``path``, Run All, and check what ran (the kernel's messages, rebuilt into the executed
+    notebook) as tests/test_notebooks.py would have: course_helpers.assert_lecture_acceptable."""
+    lecture = Path(path).stem
+    if compile_seed.uses_compile(cell.source for cell in nbformat.read(REPO_ROOT / path, as_version=4).cells):
+        compile_seed.warm_default_cache()  # as course_helpers.execute_notebook does for nbclient's kernels
+    page, notebook, traffic = _open(browser, lab, path)
+    shots = LectureShots(lecture, notebook)
+    with _screenshot_on_failure(page, lecture, capsys):
+        with LoadMeter() as meter:
+            start = time.perf_counter()
+            _run_all(page, notebook, shots)
+            seconds = time.perf_counter() - start
+        assert traffic.errors == [], f"errors while running {lecture}:\n" + "\n\n".join(
+            f"{error['ename']}: {error['evalue']}\n{error['traceback'][-1500:]}" for error in traffic.errors)
+        assert all(re.fullmatch(r"\[\d+\]:", prompt) for prompt in _prompts(page)), _prompts(page)
+        assert _traceback_cells(page) == []
+        executed = traffic.executed(notebook)
+        shown = _output_counts(page)
+        assert shown == [len(cell.outputs) for cell in _code_cells(executed)], (
+            "the page shows other outputs than the kernel's messages give (outputs per code cell: shown, then from the messages)")
+        shots.after_run(page)
+        with capsys.disabled():
+            print(f"\n  {lecture}: Run All {seconds:.0f} s; {len(shots.taken)} screenshots, {_artifacts_dir()}/{lecture}_cell*.png (index.md)")
+    page.close()
+    _shut_down_kernel(lab, path)
+    assert_repository_unchanged(lab.untouched, traffic)
+    assert_lecture_acceptable(REPO_ROOT / path, executed, seconds, meter)
 
 
 # --- nbgrader's instructor UI: hidden from students, there for instructors ---------------------
@@ -568,3 +850,16 @@ def test_instructor_lab_shows_nbgrader_instructor_ui(browser, instructor_lab, ca
     page.close()
     assert traffic.code == {}, "the instructor test ran code"
     assert_repository_unchanged(instructor_lab.untouched, traffic)
+
+
+class Lecture:
+    """A lecture from 05 on, run in JupyterLab (one class per lecture, so that --dist loadscope spreads them over
+    the workers; a worker starts its own JupyterLab and Chromium for the first of them it gets)."""
+
+    module = None  # set per generated class
+
+    def test_runs_all_as_a_student_does(self, browser, lab, capsys):
+        _run_lecture(browser, lab, f"course/{self.module}.ipynb", capsys)
+
+
+one_class_per_module(Lecture, [path.stem for path in BROWSER_LECTURES], globals())

@@ -1,13 +1,17 @@
-"""Every lecture runs top to bottom on this machine, within its time budget.
+"""Every lecture runs top to bottom on this machine, within its budget (course_helpers.assert_lecture_acceptable).
+
+Lectures from 05 on are run here only where tests/test_browser.py does not run: where it does, it runs them in
+JupyterLab, as a student does, and applies the same checks to that run (one run of each lecture per test run).
 
 The reference solutions are executed once, by the nbgrader round trip: their checks are in
 test_grading.py. With GPUCOURSE_EXECUTED_DIR set (scripts/gpu_check.sh), the executed
 notebooks and their run times are kept there.
 """
 
-import base64
-import struct
+import importlib.util
+import sys
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -16,19 +20,13 @@ from course_helpers import (
     LECTURES,
     REPO_ROOT,
     LoadMeter,
-    assert_within_budget,
+    assert_lecture_acceptable,
     execute_notebook,
-    keep_executed,
-    library_log_lines,
     one_class_per_module,
-    output_errors,
+    runs_in_browser,
 )
 
 pytestmark = pytest.mark.slow
-
-# JupyterLab's output area in the browser test's 1400-px window with the file browser open: a wider
-# figure is shrunk to fit, its labels with it (a 16-inch figure's 8-pt labels came out at 5 pt).
-SHOWN_WIDTH_PX = 960
 
 
 def execute(path, tmp_path):
@@ -47,23 +45,28 @@ class Lecture:
     module = None  # set per generated class
 
     def test_lecture_runs_top_to_bottom(self, tmp_path):
+        if runs_in_browser(self.module):
+            pytest.skip(f"run once, in JupyterLab, by tests/test_browser.py::TestLecture_{self.module} (the same checks)")
         path = REPO_ROOT / "course" / f"{self.module}.ipynb"
         notebook, seconds, meter = execute(path, tmp_path)
-        keep_executed(notebook, path.name, f"course/{path.name}", seconds)
-        assert_within_budget(path, seconds, meter)
-        assert output_errors(notebook) == []
-        assert library_log_lines(notebook) == []
-        too_wide = {f"cell {index}": width for index, width in figure_widths(notebook) if width > SHOWN_WIDTH_PX}
-        assert too_wide == {}, f"figures wider than the {SHOWN_WIDTH_PX} px JupyterLab shows unscaled (px): {too_wide}"
-
-
-def figure_widths(notebook):
-    """(cell index, pixel width) of every PNG a notebook's outputs show; the width is in the PNG's header."""
-    for index, cell in enumerate(notebook.cells):
-        for output in cell.get("outputs", []):
-            png = output.get("data", {}).get("image/png")
-            if png:
-                yield index, struct.unpack(">I", base64.b64decode(png)[16:20])[0]
+        assert_lecture_acceptable(path, notebook, seconds, meter)
 
 
 one_class_per_module(Lecture, [path.stem for path in LECTURES], globals())
+
+
+def test_lectures_from_05_are_left_to_the_browser_test_exactly_where_it_runs(monkeypatch):
+    """The skip above asks tests/test_browser.py's own question (it skips without Chromium or playwright, and fails
+    under CI=true): no lecture may go unrun, and none run twice."""
+    import course_helpers
+
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setattr(course_helpers, "CHROMIUM", Path("/nonexistent/chromium"))
+    assert not course_helpers.runs_in_browser("08_cnn")
+    monkeypatch.setattr(course_helpers, "CHROMIUM", Path(sys.executable))  # a file that exists
+    assert course_helpers.runs_in_browser("08_cnn") == (importlib.util.find_spec("playwright") is not None)
+    monkeypatch.setattr(course_helpers, "CHROMIUM", Path("/nonexistent/chromium"))
+    monkeypatch.setenv("CI", "true")
+    assert course_helpers.runs_in_browser("08_cnn")
+    assert not course_helpers.runs_in_browser("02_architecture")
+    assert [path.stem[:2] for path in course_helpers.BROWSER_LECTURES] == [path.stem[:2] for path in LECTURES if path.stem >= "05"]
