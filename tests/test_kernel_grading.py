@@ -481,6 +481,17 @@ VARIANTS_05 = {
         "        if copied[k] is not None:  # the slot's output is still read by the copy out of chunk i - slots\n"
         "            compute.wait_event(copied[k])\n", ""),
         "test_overlap_makespan", "write after read"),
+    # Issue 48, beating the footprint bound: buffers released as soon as the host has issued their last use, on
+    # copy/compute/copy-out streams ordered by events but without record_stream, so the allocator hands a block still
+    # read by another stream to the next chunk at once (PyTorch's caching allocator): small footprint, a reuse race.
+    "released_across_streams": ("overlapped_map", MAP_HEAD + (
+        "    copy_in, compute, copy_out = streams.Stream(), streams.Stream(), streams.Stream()\n    results = []\n"
+        "    for chunk in chunks:\n        x = streams.to_device(chunk, stream=copy_in)\n        loaded = streams.Event()\n"
+        "        loaded.record(copy_in)\n        compute.wait_event(loaded)\n        y = streams.launch(fn, x, stream=compute)\n"
+        "        streams.release(x)\n        done = streams.Event()\n        done.record(compute)\n        copy_out.wait_event(done)\n"
+        "        results.append(streams.to_host(y, stream=copy_out))\n        streams.release(y)\n"
+        "    streams.synchronize()\n    return results\n"
+    ), "test_overlap_makespan", "write after read"),
     # A stream per chunk, but the host waits for each chunk to come back before it sends the next: nothing overlaps.
     # (Waiting after each copy in alone costs little: the copies in run one at a time on their engine anyway.)
     "synchronous": ("overlapped_map", MAP_HEAD + (
