@@ -32,12 +32,13 @@ import torch
 from gpucourse import devices, sim
 from gpucourse.check import TimingFailure
 from gpucourse.compiler import ACCESS_KINDS, CompilerMissing, compile_report, describe_signature, signature_descriptor
+from gpucourse.gates import kernel_gate, njit_gate, torch_gate
 from gpucourse.kernel_source import KernelCompileError, KernelSource
 from gpucourse.triton_compiler import describe_signature as describe_triton_signature
 from gpucourse.triton_compiler import signature_descriptor as triton_signature_descriptor
 from gpucourse.triton_compiler import triton_compile_report
 
-from . import kernel_gate, njit_gate, protocol, sandbox, torch_gate
+from . import protocol, sandbox
 from .clock import FairClock, oom_kills, processes_in_trees, tree_cpu_seconds
 from .outcomes import Outcome
 from .skeleton import CellOrigin, Plan, TestItem, defined_names, free_names
@@ -185,7 +186,7 @@ class StudentWorker:
     def profile_runner(self, names, item_deadline=None) -> StudentWorker:
         """A fresh process holding only the assignment's setup cells and the answer cells that define
         ``names`` (a name or several) and the other answers they call, each checked first to be countable
-        (:mod:`autograder.torch_gate`): where the grader counts the functions' ops, and calls and times the
+        (:mod:`gpucourse.gates.torch_gate`): where the grader counts the functions' ops, and calls and times the
         functions of :func:`gpucourse.check.torch_only`. Nothing there can reach the profiler (the evidence rule).
         A Triton launcher's kernels (modules 06, 07) come as their checked sources, as in a kernel runner, and
         each launch is counted as ``triton::<kernel>`` (:mod:`autograder.triton_runner`); ``item_deadline``
@@ -211,7 +212,7 @@ class StudentWorker:
 
     def njit_runner(self, name: str) -> StudentWorker:
         """A fresh process holding only the assignment's setup cells and the answer cell that defines
-        ``name``, checked first to be nothing but the student's own compiled loops (:mod:`autograder.njit_gate`):
+        ``name``, checked first to be nothing but the student's own compiled loops (:mod:`gpucourse.gates.njit_gate`):
         where the grader calls and times the function, and counts its intrinsic calls."""
         cell = self._answer_cell(name)
         try:
@@ -786,7 +787,7 @@ class ReferenceFunction:
 
     def answers_only(self, names, seconds: float | None = None, gated: bool = False):
         """This setup function, called in the student's answers runner (:meth:`StudentWorker.answers_runner`),
-        or with ``gated`` in their profile runner (the answers' cells checked by :mod:`autograder.torch_gate`),
+        or with ``gated`` in their profile runner (the answers' cells checked by :mod:`gpucourse.gates.torch_gate`),
         each call within ``seconds`` quiet-machine seconds (and the item's limit)."""
         runner = self.student.profile_runner(names) if gated else self.student.answers_runner(names)
         return _BudgetedCall(runner, self.__name__, names, self.remote.item_deadline, seconds)

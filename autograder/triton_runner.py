@@ -4,7 +4,7 @@ Two things the test's own checks cannot see:
 
 - **Which kernels a launcher launched, and what else it did.** A launcher (``triton_fused``,
   ``triton_matmul``) is graded in the profile runner (:meth:`autograder.harness.StudentWorker.profile_runner`):
-  a fresh process holding only the setup cells, the launcher's cell (checked by :mod:`autograder.torch_gate`
+  a fresh process holding only the setup cells, the launcher's cell (checked by :mod:`gpucourse.gates.torch_gate`
   as a launcher's) and the checked sources of the kernels it launches. There each launch is a profiler
   range ``triton::<kernel>`` (:func:`install_launch_hooks`), and the grader's count
   (:func:`autograder.profiling.counted_call`) holds the launches and the ATen ops run outside them.

@@ -279,7 +279,7 @@ def assert_kernels_did_the_work(ops: dict[str, int], name: str) -> None:
 
 def njit_only(fn):
     """``fn``, held to being its answer cell's own compiled loops (module 07): an ``@njit`` function whose
-    cell passes :mod:`autograder.njit_gate` (no NumPy matmul, no other code; the message names the line).
+    cell passes :mod:`gpucourse.gates.njit_gate` (no NumPy matmul, no other code; the message names the line).
 
     Under grading, the returned stand-in calls and times the function in a process that holds only the
     setup cells and that cell (the course's evidence rule); here the cell is checked as the grader will.
@@ -295,7 +295,7 @@ def njit_only(fn):
     cell = _cell_source(py_func, name)
     if not cell:
         return fn
-    from autograder.njit_gate import NotOwnLoops, check_own_loops
+    from gpucourse.gates.njit_gate import NotOwnLoops, check_own_loops
 
     try:
         check_own_loops(cell)
@@ -306,7 +306,7 @@ def njit_only(fn):
 
 def torch_only(fn):
     """``fn``, held to being torch operations in its answer cell (module 09's ``lstm_forward_fast``): a cell that
-    passes :mod:`autograder.torch_gate` (torch's operators, ``torch.nn.functional``, ``math``, ``torch.compile``
+    passes :mod:`gpucourse.gates.torch_gate` (torch's operators, ``torch.nn.functional``, ``math``, ``torch.compile``
     with literal options; no ``torch.nn`` modules, no private names, no state kept between calls), as the
     cells of the other answers it calls must too.
 
@@ -331,7 +331,7 @@ def _check_torch_cell(fn) -> None:
     if not cell:
         return
     from autograder.skeleton import free_names
-    from autograder.torch_gate import UncountableSource, check_countable
+    from gpucourse.gates.torch_gate import UncountableSource, check_countable
 
     from .triton_source import is_triton_kernel
 

@@ -331,7 +331,7 @@ def _emit(name: str, value) -> tuple[str, str | None]:
 def binding_line(name: str, value) -> str | None:
     """The line a kernel's source binds the global ``name`` with when it holds ``value`` (an import or a
     constant), or None where :func:`kernel_source` would refuse the value; the grader compares it with the
-    line a student's source binds a name of the assignment's setup with (``autograder.kernel_gate``)."""
+    line a student's source binds a name of the assignment's setup with (``gpucourse.gates.kernel_gate``)."""
     return _emit(name, value)[1]
 
 

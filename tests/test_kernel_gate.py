@@ -3,7 +3,7 @@ before NVIDIA's compiler is run on it: what the course's extraction emits passes
 
 import pytest
 
-from autograder.kernel_gate import UncheckableSource, check_definitions_only
+from gpucourse.gates.kernel_gate import UncheckableSource, check_definitions_only
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +165,7 @@ ASKS = {  # a kernel body's first line -> what the refusal names
 
 @pytest.mark.parametrize("asks", sorted(ASKS))
 def test_a_kernel_that_asks_whether_it_is_simulated_is_refused_with_its_line(simulated_cuda, asks):
-    from autograder.kernel_gate import RefusedSource, check_runs_alike
+    from gpucourse.gates.kernel_gate import RefusedSource, check_runs_alike
 
     cell = IMPORTS + SIMULATED_FLAG + f"\n@cuda.jit\ndef k(x):\n    {asks}\n        x[0] = 1\n"
     source = worker_source("k", cell)
@@ -176,7 +176,7 @@ def test_a_kernel_that_asks_whether_it_is_simulated_is_refused_with_its_line(sim
 
 
 def test_a_simulator_only_function_imported_by_name_is_refused():
-    from autograder.kernel_gate import RefusedSource, check_runs_alike
+    from gpucourse.gates.kernel_gate import RefusedSource, check_runs_alike
     from gpucourse.kernel_source import KernelSource
 
     text = "import numba.cuda as cuda\nfrom numba.cuda import is_signature as check\n" + KERNEL
@@ -185,7 +185,7 @@ def test_a_simulator_only_function_imported_by_name_is_refused():
 
 
 def test_honest_kernels_do_not_ask_whether_they_are_simulated(kernels):
-    from autograder.kernel_gate import check_runs_alike
+    from gpucourse.gates.kernel_gate import check_runs_alike
     from gpucourse.kernel_source import KernelSource, kernel_source
 
     for name in ("transpose", "scale", "scale_through_alias", "per_thread_array", "uses_limits", "bounces", "computed_shape"):
@@ -202,7 +202,7 @@ def test_the_simulator_only_names_are_those_of_the_installed_numba():
     import subprocess
     import sys
 
-    from autograder.kernel_gate import SIMULATOR_ONLY
+    from gpucourse.gates.kernel_gate import SIMULATOR_ONLY
 
     def names(simulated: str, code: str) -> set[str]:
         run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -224,7 +224,7 @@ USES_SETUP = "\n@cuda.jit\ndef k(x):\n    x[0] = TILE * SCALE * math.pi\n"
 
 
 def test_a_setup_name_the_notebook_rebinds_is_refused(simulated_cuda):
-    from autograder.kernel_gate import RefusedSource, check_setup_names
+    from gpucourse.gates.kernel_gate import RefusedSource, check_setup_names
 
     check_setup_names(worker_source("k", SETUP_CELL, USES_SETUP), SETUP, [SETUP_CELL])
     check_setup_names(worker_source("k", SETUP_CELL, "TILE = 32\n" + USES_SETUP), SETUP, [SETUP_CELL])  # the same value again
@@ -251,14 +251,14 @@ KERNEL_CELLS = {
 
 @pytest.mark.parametrize("case", sorted(KERNEL_CELLS))
 def test_functions_defined_in_the_notebooks_cells_are_found_there(simulated_cuda, case):
-    from autograder.kernel_gate import check_in_cells
+    from gpucourse.gates.kernel_gate import check_in_cells
 
     check_in_cells(worker_source("k", HELPER_CELL, KERNEL_CELLS[case]), [HELPER_CELL, KERNEL_CELLS[case]])
 
 
 def test_a_function_built_with_exec_is_refused_whatever_linecache_says(simulated_cuda):
     """The planted text is what inspect reads in the student's process; it is no `def` of any cell."""
-    from autograder.kernel_gate import RefusedSource, check_in_cells
+    from gpucourse.gates.kernel_gate import RefusedSource, check_in_cells
 
     shown = "def k(x):\n    x[0] = twice(x[0])\n"
     cell = (f"import linecache\n_SHOWN = {shown!r}\nlinecache.cache['<k>'] = (len(_SHOWN), None, _SHOWN.splitlines(True), '<k>')\n"

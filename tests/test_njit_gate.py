@@ -1,4 +1,4 @@
-"""autograder.njit_gate: which answer cells count as the student's own compiled loops (module 07)."""
+"""gpucourse.gates.njit_gate: which answer cells count as the student's own compiled loops (module 07)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import re
 import nbformat
 import pytest
 
-from autograder.njit_gate import NotOwnLoops, check_own_loops
 from course_helpers import source
+from gpucourse.gates.njit_gate import NotOwnLoops, check_own_loops
 
 ANSWERS = ("matmul_reordered", "matmul_blocked", "matmul_tensorized")
 

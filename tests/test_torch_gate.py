@@ -1,4 +1,4 @@
-"""autograder.torch_gate: which answer cells the grader will count the ops of (module 06's fused_tail)."""
+"""gpucourse.gates.torch_gate: which answer cells the grader will count the ops of (module 06's fused_tail)."""
 
 import math
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from autograder.torch_gate import UncountableSource, check_countable
+from gpucourse.gates.torch_gate import UncountableSource, check_countable
 
 
 def tail_eager(x, bias, residual):

@@ -5,7 +5,7 @@ Those items grade how a loop nest runs, so the answer must be that loop nest and
 not NumPy's matmul (BLAS), not a call into other code. The grader runs such a function in a fresh
 process holding only the assignment's setup cells and this cell
 (:meth:`autograder.harness.StudentFunction.njit_only`), after this check, an allow-list on the
-syntax tree (the pattern of :mod:`autograder.torch_gate`):
+syntax tree (the pattern of :mod:`gpucourse.gates.torch_gate`):
 
 - at the top of the cell: imports of ``numpy``, ``numba`` (or ``from numba import njit``) and
   ``math``; literal constants; functions compiled with ``@njit`` / ``@numba.njit``, with literal
