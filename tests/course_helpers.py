@@ -274,11 +274,13 @@ def executed_seconds(notebook: nbformat.NotebookNode) -> float:
 # --- An executed lecture: where it runs, and what makes it acceptable ---------------------------
 
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's: the browser test never uses `playwright install`'s
-# Lectures from 05 on are run once per test run, in JupyterLab by tests/test_browser.py (Run All, as a student
-# does: its screenshots of their figures, widgets and training monitors come from that run), wherever the browser
-# test runs; tests/test_notebooks.py runs them (nbclient) only where it does not. 01-04 always run in nbclient.
+# Lecture 02 (whose occupancy calculator the browser test plays with) and lectures from 05 on are run once per
+# test run, in JupyterLab by tests/test_browser.py (Run All, as a student does: its screenshots of their figures,
+# widgets and training monitors come from that run), wherever the browser test runs; tests/test_notebooks.py runs
+# them (nbclient) only where it does not. 01, 03 and 04 always run in nbclient.
 FIRST_BROWSER_LECTURE = 5
-BROWSER_LECTURES = [path for path in LECTURES if int(path.stem[:2]) >= FIRST_BROWSER_LECTURE]
+CALCULATOR_LECTURE = "02_architecture"
+BROWSER_LECTURES = [path for path in LECTURES if path.stem == CALCULATOR_LECTURE or int(path.stem[:2]) >= FIRST_BROWSER_LECTURE]
 
 
 def browser_missing() -> list[str]:

@@ -14,12 +14,13 @@ renders an error output exactly like stderr (`.jp-OutputArea-output[data-mime-ty
 "application/vnd.jupyter.stderr"]` for both), so the DOM alone cannot tell a warning from a
 traceback; the DOM is checked against those messages.
 
-Lectures from 05 on (course_helpers.BROWSER_LECTURES) run here instead of in tests/test_notebooks.py, once per
-test run: their executed notebook is rebuilt from the kernel's messages (as nbclient records outputs) and must
-pass course_helpers.assert_lecture_acceptable, with the Run All's wall time for its budget. Each figure and widget
-they show is saved as a screenshot, and each training monitor (an output showing "epoch 3/20" or "step 50/400")
-also while its cell runs: `<lecture>_cell<NN>_<k>.png` (NN: the cell's index in the notebook, k: the cell's k-th
-screenshot), listed with what it shows and the cell's first line in index.md, for a reviewer to look at.
+Lecture 02 and lectures from 05 on (course_helpers.BROWSER_LECTURES) run here instead of in tests/test_notebooks.py,
+once per test run (02's run is the occupancy calculator's test): their executed notebook is rebuilt from the kernel's
+messages (as nbclient records outputs) and must pass course_helpers.assert_lecture_acceptable, with the Run All's wall
+time for its budget. Each figure and widget they show is saved as a screenshot, and each training monitor (an output
+showing "epoch 3/20" or "step 50/400") also while its cell runs: `<lecture>_cell<NN>_<k>.png` (NN: the cell's index in
+the notebook, k: the cell's k-th screenshot), listed with what it shows and the cell's first line in index.md, for a
+reviewer to look at.
 
 Needs Debian's chromium (`apt-get install chromium`) and the playwright package (`pip install
 playwright`, in the dev extra); never `playwright install`. Skipped where either is missing,
@@ -54,6 +55,7 @@ from autograder import compile_seed
 from autograder.lab import REPO_ROOT, lab_command, lab_environment
 from course_helpers import (
     BROWSER_LECTURES,
+    CALCULATOR_LECTURE,
     CHROMIUM,
     LoadMeter,
     assert_lecture_acceptable,
@@ -619,9 +621,10 @@ def _shut_down_kernel(lab: Lab, path: str) -> None:
             urllib.request.urlopen(request, timeout=60).close()
 
 
-def _run_lecture(browser, lab: Lab, path: str, capsys) -> None:
+def _run_lecture(browser, lab: Lab, path: str, capsys, then=None) -> None:
     """Open the lecture at ``path``, Run All, and check what ran (the kernel's messages, rebuilt into the executed
-    notebook) as tests/test_notebooks.py would have: course_helpers.assert_lecture_acceptable."""
+    notebook) as tests/test_notebooks.py would have: course_helpers.assert_lecture_acceptable. ``then(page, traffic)``,
+    if given, plays with the ran lecture before its page closes (lecture 02's occupancy calculator)."""
     lecture = Path(path).stem
     if compile_seed.uses_compile(cell.source for cell in nbformat.read(REPO_ROOT / path, as_version=4).cells):
         compile_seed.warm_default_cache()  # as course_helpers.execute_notebook does for nbclient's kernels
@@ -643,6 +646,8 @@ def _run_lecture(browser, lab: Lab, path: str, capsys) -> None:
         shots.after_run(page)
         with capsys.disabled():
             print(f"\n  {lecture}: Run All {seconds:.0f} s; {len(shots.taken)} screenshots, {_artifacts_dir()}/{lecture}_cell*.png (index.md)")
+        if then is not None:
+            then(page, traffic)
     page.close()
     _shut_down_kernel(lab, path)
     assert_repository_unchanged(lab.untouched, traffic)
@@ -686,50 +691,43 @@ def _listed(lab: Lab, folder: str) -> set[str]:
 
 
 def test_lecture_runs_and_the_occupancy_calculator_reacts(browser, lab, capsys):
+    """Lecture 02's one run of the test run (course_helpers.BROWSER_LECTURES), then its occupancy calculator."""
+    _run_lecture(browser, lab, LECTURE, capsys, then=lambda page, traffic: _the_calculator_reacts(page, traffic, capsys))
+
+
+def _the_calculator_reacts(page, traffic, capsys) -> None:
+    """The calculator: a dropdown, three sliders, a text readout and a PNG figure; one step of a slider redraws both."""
     from playwright.sync_api import expect  # here: the module must import (and skip) without playwright
 
-    page, notebook, traffic = _open(browser, lab, LECTURE)
-    code_cells = len(_code_cells(notebook))
-    with _screenshot_on_failure(page, "lecture_02", capsys):
-        _run_menu(page, "runmenu:run-all")
-        _wait_settled(page, notebook, cell=code_cells - 1)
-        assert all(re.fullmatch(r"\[\d+\]:", prompt) for prompt in _prompts(page)), _prompts(page)
-        assert traffic.errors == [], "errors while running the lecture:\n" + "\n\n".join(
-            f"{error['ename']}: {error['evalue']}\n{error['traceback'][-1500:]}" for error in traffic.errors)
-        assert _traceback_cells(page) == []
+    threads = page.locator(".widget-hslider", has=page.locator(".widget-label", has_text=re.compile(r"^threads/block$")))
+    calculator = page.locator(".jp-OutputArea-output", has=threads)
+    _scroll_up_until_rendered(page, calculator)
+    calculator.wait_for()
+    calculator.evaluate("e => e.scrollIntoView({block: 'center'})")  # off-screen cells are not laid out: no innerText
+    assert calculator.count() == 1
+    assert calculator.locator(".jupyter-widgets.widget-hslider").count() == 3
+    assert calculator.locator(".jupyter-widgets.widget-dropdown select").input_value() == "T4"
+    readout, figure = calculator.locator(".widget-html-content pre"), calculator.locator(".widget-output img")
+    expect(readout).to_have_text(re.compile(r"^T4: "), timeout=30_000)  # a widget scrolled into view renders a moment later
+    expect(figure).to_have_attribute("src", re.compile(r"^data:image/png"), timeout=30_000)
+    handle = threads.locator(".noUi-handle")  # the slider's knob (noUiSlider), focusable
+    assert float(handle.get_attribute("aria-valuenow")) == 256
+    text_before, png_before = readout.inner_text(), figure.get_attribute("src")
+    assert text_before.startswith("T4: 4 blocks/SM"), text_before
+    assert png_before.startswith("data:image/png;base64,")
+    calculator.evaluate("e => e.scrollIntoView({block: 'center'})")
+    _shot(page, "lecture_02_calculator_before", capsys)
 
-        # The calculator: a dropdown, three sliders, a text readout and a PNG figure.
-        threads = page.locator(".widget-hslider", has=page.locator(".widget-label", has_text=re.compile(r"^threads/block$")))
-        calculator = page.locator(".jp-OutputArea-output", has=threads)
-        _scroll_up_until_rendered(page, calculator)
-        calculator.wait_for()
-        calculator.evaluate("e => e.scrollIntoView({block: 'center'})")  # off-screen cells are not laid out: no innerText
-        assert calculator.count() == 1
-        assert calculator.locator(".jupyter-widgets.widget-hslider").count() == 3
-        assert calculator.locator(".jupyter-widgets.widget-dropdown select").input_value() == "T4"
-        readout, figure = calculator.locator(".widget-html-content pre"), calculator.locator(".widget-output img")
-        expect(readout).to_have_text(re.compile(r"^T4: "), timeout=30_000)  # a widget scrolled into view renders a moment later
-        expect(figure).to_have_attribute("src", re.compile(r"^data:image/png"), timeout=30_000)
-        handle = threads.locator(".noUi-handle")  # the slider's knob (noUiSlider), focusable
-        assert float(handle.get_attribute("aria-valuenow")) == 256
-        text_before, png_before = readout.inner_text(), figure.get_attribute("src")
-        assert text_before.startswith("T4: 4 blocks/SM"), text_before
-        assert png_before.startswith("data:image/png;base64,")
-        calculator.evaluate("e => e.scrollIntoView({block: 'center'})")
-        _shot(page, "lecture_02_calculator_before", capsys)
-
-        handle.focus()
-        handle.press("ArrowRight")  # one step: 256 -> 288 threads/block
-        expect(readout).not_to_have_text(text_before, timeout=60_000)  # the kernel redraws both
-        expect(figure).not_to_have_attribute("src", png_before, timeout=60_000)
-        assert float(handle.get_attribute("aria-valuenow")) == 288
-        text_after = readout.inner_text()
-        assert text_after.startswith("T4: 3 blocks/SM"), text_after  # 9 warps a block: 3 fit in 32
-        assert figure.get_attribute("src").startswith("data:image/png;base64,")
-        _shot(page, "lecture_02_calculator_after", capsys)
-        assert traffic.errors == []
-    page.close()
-    assert_repository_unchanged(lab.untouched, traffic)
+    handle.focus()
+    handle.press("ArrowRight")  # one step: 256 -> 288 threads/block
+    expect(readout).not_to_have_text(text_before, timeout=60_000)  # the kernel redraws both
+    expect(figure).not_to_have_attribute("src", png_before, timeout=60_000)
+    assert float(handle.get_attribute("aria-valuenow")) == 288
+    text_after = readout.inner_text()
+    assert text_after.startswith("T4: 3 blocks/SM"), text_after  # 9 warps a block: 3 fit in 32
+    assert figure.get_attribute("src").startswith("data:image/png;base64,")
+    _shot(page, "lecture_02_calculator_after", capsys)
+    assert traffic.errors == []
 
 
 def _stub_messages(notebook) -> set[str]:
@@ -862,4 +860,4 @@ class Lecture:
         _run_lecture(browser, lab, f"course/{self.module}.ipynb", capsys)
 
 
-one_class_per_module(Lecture, [path.stem for path in BROWSER_LECTURES], globals())
+one_class_per_module(Lecture, [path.stem for path in BROWSER_LECTURES if path.stem != CALCULATOR_LECTURE], globals())

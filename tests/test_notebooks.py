@@ -1,7 +1,8 @@
 """Every lecture runs top to bottom on this machine, within its budget (course_helpers.assert_lecture_acceptable).
 
-Lectures from 05 on are run here only where tests/test_browser.py does not run: where it does, it runs them in
-JupyterLab, as a student does, and applies the same checks to that run (one run of each lecture per test run).
+Lecture 02 and lectures from 05 on (course_helpers.BROWSER_LECTURES) are run here only where tests/test_browser.py
+does not run: where it does, it runs them in JupyterLab, as a student does, and applies the same checks to that run
+(one run of each lecture per test run).
 
 The reference solutions are executed once, by the nbgrader round trip: their checks are in
 test_grading.py. With GPUCOURSE_EXECUTED_DIR set (scripts/gpu_check.sh), the executed
@@ -55,7 +56,7 @@ class Lecture:
 one_class_per_module(Lecture, [path.stem for path in LECTURES], globals())
 
 
-def test_lectures_from_05_are_left_to_the_browser_test_exactly_where_it_runs(monkeypatch):
+def test_lectures_02_and_from_05_are_left_to_the_browser_test_exactly_where_it_runs(monkeypatch):
     """The skip above asks tests/test_browser.py's own question (it skips without Chromium or playwright, and fails
     under CI=true): no lecture may go unrun, and none run twice."""
     import course_helpers
@@ -68,5 +69,7 @@ def test_lectures_from_05_are_left_to_the_browser_test_exactly_where_it_runs(mon
     monkeypatch.setattr(course_helpers, "CHROMIUM", Path("/nonexistent/chromium"))
     monkeypatch.setenv("CI", "true")
     assert course_helpers.runs_in_browser("08_cnn")
-    assert not course_helpers.runs_in_browser("02_architecture")
-    assert [path.stem[:2] for path in course_helpers.BROWSER_LECTURES] == [path.stem[:2] for path in LECTURES if path.stem >= "05"]
+    assert course_helpers.runs_in_browser("02_architecture")  # run by the occupancy calculator's test
+    assert not course_helpers.runs_in_browser("03_memory")
+    assert [path.stem[:2] for path in course_helpers.BROWSER_LECTURES] == [path.stem[:2] for path in LECTURES
+                                                                          if path.stem >= "05" or path.stem.startswith("02")]
