@@ -44,7 +44,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import compile_seed
+from . import compile_seed, confinement
 
 ENABLE_ENV = "GPUCOURSE_FORK_SERVER"  # "0": start every worker as a separate interpreter
 READY_SECONDS = 180.0  # the server's own start (its imports and warm-up), on a busy machine
@@ -110,11 +110,9 @@ class ForkServer:
     def __init__(self, threads: int, warm_ups: tuple[str, ...] = ()):
         import tempfile
 
-        from . import sandbox
-
         self._lock = threading.Lock()
         self.socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = sandbox.worker_environment(Path(tempfile.gettempdir()), threads)
+        env = confinement.worker_environment(Path(tempfile.gettempdir()), threads)
         # The server's own output matters only if it cannot start: a file removed once it is ready
         # (a pool process ends without atexit handlers, so nothing could remove it later).
         # Each worker's waiter writes to that worker's log instead.
@@ -255,11 +253,9 @@ def _wait_for_worker(request: dict, to_worker: int, from_worker: int, log: int, 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _check(_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")  # dies with the server
     os.write(status, f"pid {os.getpid()}\n".encode())
-    from . import sandbox
-
-    if request["isolation"] == sandbox.ROOT_NAMESPACES:
+    if request["isolation"] == confinement.ROOT_NAMESPACES:
         _check(_libc().unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID), "unshare")
-    elif request["isolation"] == sandbox.USER_NAMESPACES:
+    elif request["isolation"] == confinement.USER_NAMESPACES:
         _enter_user_namespace()
     worker = os.fork()
     if worker == 0:
@@ -329,7 +325,7 @@ def _become_worker(request: dict, to_worker: int, from_worker: int, log: int) ->
 
     import numpy as np
 
-    from . import sandbox, worker
+    from . import worker
 
     sys.stdout.flush()
     sys.stderr.flush()
@@ -338,21 +334,21 @@ def _become_worker(request: dict, to_worker: int, from_worker: int, log: int) ->
     os.dup2(log, 1)
     os.dup2(log, 2)
     _close_all_but({0, 1, 2, to_worker, from_worker})
-    contained = request["isolation"] in sandbox.CONTAINED
+    contained = request["isolation"] in confinement.CONTAINED
     if contained:
         subprocess.run(["/bin/sh", "-c", "\n".join(request["script"])], check=True, stdin=subprocess.DEVNULL)
-        os.chroot(str(sandbox.NEW_ROOT))
+        os.chroot(str(confinement.NEW_ROOT))
     os.chdir(request["workdir"])
     limits = request["limits"]
     if not _fits(limits["address_space"]):
         return 1
-    sandbox.apply_rlimits(limits["file_bytes"], limits["address_space"], limits["processes"] if contained else None)
-    if request["isolation"] == sandbox.ROOT_NAMESPACES:
+    confinement.apply_rlimits(limits["file_bytes"], limits["address_space"], limits["processes"] if contained else None)
+    if request["isolation"] == confinement.ROOT_NAMESPACES:
         uid = request["uid"]
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-    elif request["isolation"] == sandbox.USER_NAMESPACES:
+    elif request["isolation"] == confinement.USER_NAMESPACES:
         _drop_capabilities()
     if contained:
         _check(_libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl")

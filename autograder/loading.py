@@ -14,27 +14,26 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import select
 import time
 
 from gpucourse.loading import LoadPlan, LoadRun
 
-from . import protocol
 from .clock import threads_in_trees
-from .harness import WorkerTimeout, _first_line, _rebuild
+from .protocol import Answer, Reply, Request
+from .session import WorkerTimeout, last_line, rebuild
 
 
 class _Driver:
     def __init__(self, worker, plan: LoadPlan, deadline: float):
         self.worker, self.plan, self.deadline = worker, plan, deadline
-        self.fd_in, self.fd_out = worker.process.from_worker, worker.process.to_worker
         self.loader_id = None
         self.held = []  # (when, order, reply) of loads answered later
         self.order = itertools.count()
         self.loads, self.received, self.most_ahead = 0, [], 0
 
     def send(self, *message) -> None:
-        protocol.write_frame(self.fd_out, protocol.encode_for_worker(message))
+        """A request, or an answer to a load, sent without waiting: the replies come in :meth:`pump`."""
+        self.worker.send(message)
 
     def _release_due(self) -> None:
         while self.held and self.held[0][0] <= time.monotonic():
@@ -44,14 +43,14 @@ class _Driver:
     def _on_callback(self, message) -> None:
         _, callback_id, args, _ = message
         if callback_id != self.loader_id or not isinstance(args, (list, tuple)) or len(args) != 1:
-            self.send("cb_raise", "TypeError", "loader_fn takes one item")
+            self.send(Answer.RAISE, "TypeError", "loader_fn takes one item")
             return
         self.loads += 1
         self.most_ahead = max(self.most_ahead, self.loads - len(self.received))
         try:
-            reply = ("cb_return", self.plan.loaded(args[0]))
+            reply = (Answer.RETURN, self.plan.loaded(args[0]))
         except (ValueError, KeyError) as error:
-            reply = ("cb_raise", type(error).__name__, str(error))
+            reply = (Answer.RAISE, type(error).__name__, str(error))
         heapq.heappush(self.held, (time.monotonic() + self.plan.load_seconds, next(self.order), reply))
 
     def pump(self, until: float | None = None):
@@ -64,14 +63,13 @@ class _Driver:
             if self.worker.clock.now() > self.deadline:
                 raise WorkerTimeout()
             wake = min([now + 0.05] + ([until] if until is not None else []) + [when for when, _, _ in self.held[:1]])
-            ready, _, _ = select.select([self.fd_in], [], [], max(0.0, wake - now))
-            if not ready:
+            message = self.worker.poll(max(0.0, wake - now))
+            if message is None:
                 continue
-            message = protocol.decode_from_worker(protocol.read_frame(self.fd_in, self.worker.clock.now() + 10, self.worker.clock.now))
-            if message[0] == "callback":
+            if message[0] == Reply.CALLBACK:
                 self._on_callback(message)
             elif until is None:
-                return message[0], _rebuild(message[1]) if len(message) > 1 else None, message
+                return message[0], rebuild(message[1]) if len(message) > 1 else None, message
             else:
                 raise ValueError(f"the worker sent {message[0]!r} unasked")
 
@@ -83,23 +81,23 @@ class _Driver:
         self.loader_id = callback.callback_id
         roots = self.worker.pids()
         threads_before = threads_in_trees(roots)
-        self.send("iterate", name, [callback, self.plan.items, self.plan.depth], {})
+        self.send(Request.ITERATE, name, [callback, self.plan.items, self.plan.depth], {})
         kind, _, message = self.pump()
-        if kind == "raise":
-            return LoadRun([], 0.0, self.loads, self.most_ahead, _first_line(message[2]))
+        if kind == Reply.RAISE:
+            return LoadRun([], 0.0, self.loads, self.most_ahead, last_line(message[2]))
         start, error = time.monotonic(), None
         while self.plan.stop_after is None or len(self.received) < self.plan.stop_after:
-            self.send("next")
+            self.send(Request.NEXT)
             kind, value, message = self.pump()
-            if kind == "stop":
+            if kind == Reply.STOP:
                 break
-            if kind == "raise":
-                error = _first_line(message[2])  # "Type: message", as the worker describes a student's error
+            if kind == Reply.RAISE:
+                error = last_line(message[2])  # "Type: message", as the worker describes a student's error
                 break
             self.received.append(value)
             self.pump(until=time.monotonic() + self.plan.compute_seconds)
         seconds = time.monotonic() - start
-        self.send("close")
+        self.send(Request.CLOSE)
         self.pump()
         return LoadRun(self.received, seconds, self.loads, self.most_ahead, error, self._threads_left(roots, threads_before))
 

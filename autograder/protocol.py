@@ -9,11 +9,18 @@ differently on purpose:
   look up any class or function, so it can only build those types and never runs code.
   Whatever the student's code does inside the worker, its replies cannot execute anything
   in the harness.
+
+A message is a tuple ``(kind, *arguments)``. Its kinds are declared once, here: :class:`Request` (the harness
+asks, the worker's ``do_<kind>`` answers), :class:`Reply` (what the worker sends back) and :class:`Answer`
+(the harness's answer to a callback). On the wire a kind is its plain string, so the worker's replies stay plain
+data; each side refuses a kind that is not declared (:func:`encode_for_worker`, :func:`encode_for_harness`, and
+the worker's own dispatch).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import io
 import mmap
 import os
@@ -30,6 +37,68 @@ import torch
 
 _HEADER = struct.Struct("!Q")
 MAX_FRAME = 256 * 1024**2  # a reply larger than this is refused before it is read
+
+
+class Request(str, enum.Enum):
+    """What the harness asks of a worker; the reply each kind gets follows its line. A failure of the student's code
+    is answered ``raise`` instead (``Type: message``); a callback (``callback``) may come before any reply."""
+
+    EXEC = "exec"  # (source): run one of the student's cells -> ok
+    NAMES = "names"  # (names): which of them are callable, values or missing -> names
+    VALUE = "value"  # (name): a value the student's code defined, as plain data -> return
+    CALL = "call"  # (name, args, kwargs): call a function -> return
+    CALL_STREAMS = "call_streams"  # (name, args, kwargs, dispatch): call it, its gpucourse.streams calls sent back to dispatch -> return
+    CALL_PROFILED = "call_profiled"  # (name, args, top_level, eager): one call counted by the grader's profiler (a profile runner) -> return
+    CALL_LOGGED_MMA = "call_logged_mma"  # (name, a, b, key): fn(a, b, mma) with an intrinsic that logs its operands (an njit runner) -> return
+    START_TALLY = "start_tally"  # (secret): tally the counting intrinsic's calls from now on (an njit runner) -> ok
+    READ_TALLY = "read_tally"  # (): the tally since start_tally -> return
+    ITERATE = "iterate"  # (name, args, kwargs): call a function that returns an iterator, kept for next and close -> ok
+    NEXT = "next"  # (): the kept iterator's next item -> item, or stop at its end
+    CLOSE = "close"  # (): close the kept iterator -> ok
+    LAUNCH = "launch"  # (name, config, args, observers): launch a numba kernel (a kernel runner) -> return
+    LAUNCH_TRITON = "launch_triton"  # (name, grid, args, kwargs): launch a Triton kernel (a kernel runner) -> return
+    KERNEL_SOURCE = "kernel_source"  # (name): a kernel's self-contained source, for the grader to check -> return
+    LOAD_BLOCK = "load_block"  # (name, calls): a timed block's inputs, loaded before the clock starts -> ok
+    RUN_BLOCK = "run_block"  # (weights): run the loaded block, timed by the harness -> done
+    FETCH_BLOCK = "fetch_block"  # (): the outputs of the block that ran -> return
+
+
+class Reply(str, enum.Enum):
+    """What a worker sends the harness."""
+
+    READY = "ready"  # (): started, before any student code ran
+    OK = "ok"  # (): done, nothing to return
+    NAMES = "names"  # ({name: "callable" | "value" | "missing"})
+    RETURN = "return"  # (value): what was asked for, as plain data
+    RAISE = "raise"  # (type name, "Type: message"): the student's code raised
+    DONE = "done"  # (digests): a timed block ran (its outputs' digests under the harness's weights)
+    ITEM = "item"  # (value): the kept iterator's next item
+    STOP = "stop"  # (): the kept iterator is exhausted
+    CALLBACK = "callback"  # (callback id, args, kwargs): call the harness's function; answered by an Answer
+
+
+class Answer(str, enum.Enum):
+    """The harness's answer to a worker's ``callback``."""
+
+    RETURN = "cb_return"  # (value): what the harness's function returned
+    RAISE = "cb_raise"  # (type name, message): it raised
+
+
+def _plain_kind(message, kinds: tuple[type[enum.Enum], ...]) -> tuple:
+    """``message`` with its kind as the plain string of a declared kind (one of ``kinds``); ValueError otherwise."""
+    if not isinstance(message, tuple) or not message:
+        raise ValueError(f"not a message: {message!r:.80}")
+    for declared in kinds:
+        try:
+            return (declared(message[0]).value, *message[1:])
+        except ValueError:
+            continue
+    raise ValueError(f"undeclared message kind {message[0]!r:.80} (declared: {', '.join(kind.__name__ for kind in kinds)} in autograder.protocol)")
+
+
+def check_request(message) -> Request:
+    """The kind of a request the worker received, or ValueError naming what was sent instead."""
+    return Request(_plain_kind(message, (Request,))[0])
 
 
 class Callback:
@@ -62,7 +131,7 @@ class MappedTensor:
     The worker maps the file copy-on-write (:meth:`open`) instead of unpickling a copy, so loading a
     block costs the worker almost no CPU: whatever CPU it spends between loading and "go" is work
     done on the inputs before the clock started, and the harness charges it to the timed run
-    (:meth:`autograder.harness.StudentFunction.timed_block`). The whole file is mapped once per block
+    (:meth:`autograder.standins.StudentFunction.timed_block`). The whole file is mapped once per block
     and each tensor is a view into it: unpickling or mapping each of many small tensors (module 09's
     seven arguments a call) cost 70 µs apiece, more than the harness allows a block for loading.
     """
@@ -171,7 +240,8 @@ def _read_exactly(fd: int, size: int, deadline: float | None, clock: Callable[[]
 
 
 def encode_for_worker(message) -> bytes:
-    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    """A request or an answer to a callback, for the worker; ValueError if its kind is not declared."""
+    return pickle.dumps(_plain_kind(message, (Request, Answer)), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 # Set in the environment of a worker that runs the student's own code (not a gated runner): it seals itself
@@ -195,7 +265,8 @@ def decode_from_harness(data: bytes):
 
 
 def encode_for_harness(message) -> bytes:
-    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    """A reply, for the harness; ValueError if its kind is not declared."""
+    return pickle.dumps(_plain_kind(message, (Reply,)), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 class _PlainDataUnpickler(pickle.Unpickler):

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import resource
 import shlex
 import shutil
 import signal
@@ -39,6 +38,7 @@ from pathlib import Path
 
 from . import compile_seed
 from .clock import children
+from .confinement import CONTAINED, NEW_ROOT, REDUCED, ROOT_NAMESPACES, USER_NAMESPACES, apply_rlimits, worker_environment
 
 # Each grading process runs its workers under a user id of their own, without a name: the
 # per-user process limit then caps one student's fork bomb without starving the others.
@@ -125,10 +125,6 @@ def _signal(pid: int, signal_number: int) -> None:
         pass
 
 
-ROOT_NAMESPACES = "namespaces"  # root: the worker's own namespaces, root and user id
-USER_NAMESPACES = "user-namespaces"  # no root: the same namespaces and root, in a user namespace of its own
-REDUCED = "reduced"  # a plain child process: nothing hidden
-CONTAINED = (ROOT_NAMESPACES, USER_NAMESPACES)  # everything the worker starts stays in its PID namespace, offline
 # What a user namespace of the worker's own must allow (a distribution may forbid it: a sysctl, an AppArmor rule).
 USER_NAMESPACE_PROBE = "mount -t tmpfs tmpfs /mnt && mkdir /mnt/proc && mount -t proc proc /mnt/proc"
 
@@ -171,37 +167,6 @@ def require_isolation(allow_reduced: bool) -> str:
             "namespaces are allowed; or pass --allow-reduced-isolation to grade anyway (each submission then records "
             "isolation: reduced)")
     return mode
-
-
-def worker_environment(workdir: Path, threads: int, sealed: bool = False) -> dict[str, str]:
-    from gpucourse.devices import LIBRARY_ENVIRONMENT  # here: importing gpucourse imports torch, which the sandbox's users need not
-
-    from .protocol import SEALED_ENV
-
-    env = {
-        **({SEALED_ENV: "1"} if sealed else {}),
-        **LIBRARY_ENVIRONMENT,
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
-        "HOME": str(workdir),
-        "TMPDIR": str(workdir),
-        # torch.compile's cache, in the worker's own folder (named, so the grader can seed it: autograder.compile_seed)
-        compile_seed.CACHE_ENV: str(Path(workdir) / compile_seed.WORKER_CACHE),
-        "MPLCONFIGDIR": str(workdir),
-        "MPLBACKEND": "Agg",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "LANG": "C.UTF-8",
-        # glibc's malloc keeps large freed blocks for reuse instead of returning each to the system:
-        # otherwise a timed call's tensors may be fresh pages (faulted in and zeroed) in one worker and
-        # reused memory in another, depending on what ran there before (2.5x on module 06's eager tail).
-        "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
-        "MALLOC_TRIM_THRESHOLD_": str(1 << 31),
-    }
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[name] = str(threads)
-    for name in ("GPUCOURSE_DEVICE", "CUDA_VISIBLE_DEVICES", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
-        if name in os.environ:
-            env[name] = os.environ[name]
-    return env
 
 
 def log_path(workdir: Path) -> Path:
@@ -307,19 +272,9 @@ def _address_space_limit(limits: Limits) -> int | None:
     return None if torch.cuda.is_available() else limits.memory_bytes
 
 
-def apply_rlimits(file_bytes: int, address_space: int | None, processes: int | None) -> None:
-    """The worker's resource limits, set in its own process (``processes``: None leaves RLIMIT_NPROC alone)."""
-    caps = [("RLIMIT_FSIZE", file_bytes), ("RLIMIT_CORE", 0)] + ([("RLIMIT_AS", address_space)] if address_space else [])
-    if processes is not None:
-        caps.append(("RLIMIT_NPROC", processes))
-    for name, value in caps:
-        resource.setrlimit(getattr(resource, name), (value, value))
-
-
 # The system's own folders, seen read-only: programs and libraries (the interpreter's shared
 # libraries, CUDA's driver on a GPU grader) and configuration; nothing of a course lives there.
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
-NEW_ROOT = Path("/mnt/sandbox-root")  # built on a private tmpfs, in the worker's mount namespace only
 
 
 def sandbox_user() -> int:

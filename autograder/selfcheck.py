@@ -1,4 +1,4 @@
-"""The students' self-check (``gpucourse check NOTEBOOK``), run by the grader's own machinery.
+"""The students' self-check (``gpucourse check NOTEBOOK``, the console script :func:`main`), run by the grader's own machinery.
 
 The notebook's visible tests run the way the autograder runs them: the student's code in a
 separate process, the tests and their clocks outside it. It prints, question by question,
@@ -9,6 +9,7 @@ On a machine without a GPU, GPU-only items are not run: they are not counted in 
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -17,6 +18,17 @@ import nbformat
 
 from . import harness, skeleton
 from .outcomes import Outcome
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``gpucourse check NOTEBOOK``: the command students run. It lives with the grading machinery it runs, so the
+    student-facing :mod:`gpucourse` package never imports the grader."""
+    parser = argparse.ArgumentParser(prog="gpucourse", description="Course tools for students.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    check = commands.add_parser("check", help="run a notebook's visible tests and print a per-question table")
+    check.add_argument("notebook", type=Path)
+    args = parser.parse_args(argv)
+    return run_check(args.notebook)
 
 
 def run_check(notebook_path: Path) -> int:
@@ -91,3 +103,7 @@ def _points(points: float) -> str:
 def _speed_line(output: str) -> str:
     lines = [line for line in output.splitlines() if "× faster" in line]
     return lines[-1] if lines else ""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

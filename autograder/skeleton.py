@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import nbformat
 
+from gpucourse.gates.syntax import free_names  # one home for both sides: the harness and build read it from here too
+
 # The tag of a graded test cell that needs a CUDA GPU (the build checks where it is used).
 REQUIRES_GPU = "requires-gpu"
 # The tag of a locked setup cell whose code only the tests use (their references and checks): when graded, it runs in
@@ -108,29 +110,6 @@ def defined_names(source: str) -> list[str]:
         elif isinstance(node, ast.Assign):
             names += [target.id for target in node.targets if isinstance(target, ast.Name)]
     return names
-
-
-def free_names(source: str) -> list[str]:
-    """Names a cell reads that it never binds anywhere (a global it needs from elsewhere: ``lstm_cell`` in a
-    cell that calls it), in the order first read. A name bound anywhere in the cell counts as its own."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return []
-    bound = set(defined_names(source))
-    read = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            read.append((node.lineno, node.col_offset, node.id))
-        elif isinstance(node, ast.Name):
-            bound.add(node.id)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-    return [name for name in dict.fromkeys(name for *_, name in sorted(read)) if name not in bound]
 
 
 def collect_answers(source_nb, student_nb) -> tuple[dict[str, list[str]], dict[str | None, list[str]]]:

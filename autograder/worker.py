@@ -26,6 +26,7 @@ import torch
 from gpucourse import sim
 
 from . import protocol
+from .protocol import Answer, Reply
 
 
 class _NoIPython:
@@ -35,7 +36,8 @@ class _NoIPython:
         return lambda *args, **kwargs: None
 
 
-def _transform_magics(source: str) -> str:
+def transform_magics(source: str) -> str:
+    """A cell as the worker runs it: IPython's magics and shell escapes made Python."""
     try:
         from IPython.core.inputtransformer2 import TransformerManager
     except ImportError:
@@ -161,30 +163,34 @@ class Worker:
                 self._commands.put(None)
                 self._replies.put(None)
                 return
-            (self._replies if message[0] in ("cb_return", "cb_raise") else self._commands).put(message)
+            (self._replies if message[0] in (Answer.RETURN, Answer.RAISE) else self._commands).put(message)
 
     def serve(self) -> None:
         threading.Thread(target=self._read_forever, name="harness-reader", daemon=True).start()
-        self.send("ready")  # before any student code: the harness tells its own failures from theirs
+        self.send(Reply.READY)  # before any student code: the harness tells its own failures from theirs
         while True:
             try:
                 message = self.receive()
             except protocol.ChannelClosed:
                 return
-            handler = getattr(self, f"do_{message[0]}")
             try:
-                handler(*message[1:])
+                kind = protocol.check_request(message)
+            except ValueError as refused:  # the grader's own mistake: said so, and the worker serves on
+                self.send(Reply.RAISE, "ValueError", f"ValueError: the worker refused a request: {refused}")
+                continue
+            try:
+                getattr(self, f"do_{kind.value}")(*message[1:])
             except Exception as error:  # noqa: BLE001 - reported to the harness as the student's error
-                self.send("raise", type(error).__name__, _describe(error))
+                self.send(Reply.RAISE, type(error).__name__, _describe(error))
 
     def do_exec(self, source: str) -> None:
-        source = _transform_magics(source)
+        source = transform_magics(source)
         filename = f"<student cell {next(self._cells)}>"
         # Known to linecache, so tracebacks and the kernel tracer can show the student's lines.
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         code = compile(source, filename, "exec")
         exec(code, self.namespace)  # noqa: S102 - running the student's code is the point
-        self.send("ok")
+        self.send(Reply.OK)
 
     def do_names(self, names: list[str]) -> None:
         kinds = {}
@@ -193,15 +199,15 @@ class Worker:
                 kinds[name] = "missing"
             else:
                 kinds[name] = "callable" if callable(self.namespace[name]) else "value"
-        self.send("names", kinds)
+        self.send(Reply.NAMES, kinds)
 
     def do_value(self, name: str) -> None:
-        self.send("return", to_plain(self.namespace[name]))
+        self.send(Reply.RETURN, to_plain(self.namespace[name]))
 
     def do_call(self, name: str, args, kwargs) -> None:
         self._set_threads(self._threads)
         result = self.namespace[name](*self._bind(args), **self._bind(kwargs))
-        self.send("return", to_plain(result))
+        self.send(Reply.RETURN, to_plain(result))
 
     def do_call_streams(self, name: str, args, kwargs, dispatch) -> None:
         """A call whose ``gpucourse.streams`` calls the harness carries out and records (``dispatch``)."""
@@ -223,15 +229,15 @@ class Worker:
         with torch.compiler.set_stance("force_eager") if eager else contextlib.nullcontext():
             function(*fresh_like(args))
             output, ops = counted_call(function, *args, top_level=bool(top_level))
-        self.send("return", {"output": to_plain(output), "ops": ops})
+        self.send(Reply.RETURN, {"output": to_plain(output), "ops": ops})
 
     def do_call_logged_mma(self, name: str, a, b, key) -> None:
         """``name(a, b, mma)`` with an intrinsic that records its operands (a runner that holds only the
-        setup cells and the checked answer cell: :meth:`autograder.harness.StudentWorker.njit_runner`)."""
+        setup cells and the checked answer cell: the ``njit`` row of :data:`autograder.runners.RUNNERS`)."""
         from gpucourse.intrinsics import logged_call
 
         output, calls = logged_call(self.namespace[name], a, b, key)
-        self.send("return", {"output": to_plain(output), "calls": to_plain(calls)})
+        self.send(Reply.RETURN, {"output": to_plain(output), "calls": to_plain(calls)})
 
     def do_start_tally(self, secret) -> None:
         """Tally the grader's counting intrinsic's calls from now on (``gpucourse.intrinsics.counting_mma``), under the
@@ -239,32 +245,32 @@ class Worker:
         from gpucourse.intrinsics import start_tally
 
         start_tally(secret)
-        self.send("ok")
+        self.send(Reply.OK)
 
     def do_read_tally(self) -> None:
         """The tally since ``start_tally``, as plain data, for the grader to check."""
         from gpucourse.intrinsics import read_tally
 
-        self.send("return", read_tally())
+        self.send(Reply.RETURN, read_tally())
 
     def do_iterate(self, name: str, args, kwargs) -> None:
         """Call a function that returns an iterator (a generator), kept for ``next`` and ``close``."""
         self._set_threads(self._threads)
         self.iterator = iter(self.namespace[name](*self._bind(args), **self._bind(kwargs)))
-        self.send("ok")
+        self.send(Reply.OK)
 
     def do_next(self) -> None:
         try:
             value = next(self.iterator)
         except StopIteration:
-            self.send("stop")
+            self.send(Reply.STOP)
             return
-        self.send("item", to_plain(value))
+        self.send(Reply.ITEM, to_plain(value))
 
     def do_close(self) -> None:
         iterator, self.iterator = self.iterator, None
         getattr(iterator, "close", lambda: None)()
-        self.send("ok")
+        self.send(Reply.OK)
 
     def do_launch(self, name: str, config, args, observers=()) -> None:
         """Launch a ``@cuda.jit`` kernel; send back its array arguments as they are after it,
@@ -275,7 +281,7 @@ class Worker:
             self.namespace[name][config](*args)
             self._synchronize()
         arrays = [to_plain(arg) if isinstance(arg, np.ndarray) else None for arg in args]
-        self.send("return", {"arrays": arrays, "observed": {kind: to_plain(o.export()) for kind, o in watching.items()}})
+        self.send(Reply.RETURN, {"arrays": arrays, "observed": {kind: to_plain(o.export()) for kind, o in watching.items()}})
 
     def do_launch_triton(self, name: str, grid, args, kwargs) -> None:
         """Launch a ``@triton.jit`` kernel, ``kernel[grid](*args, **kwargs)``; send back its tensor arguments as they are after it."""
@@ -284,18 +290,18 @@ class Worker:
         self.namespace[name][tuple(grid)](*args, **kwargs)
         self._synchronize()
         tensors = lambda value: to_plain(value) if type(value) is torch.Tensor else None  # noqa: E731
-        self.send("return", {"args": [tensors(arg) for arg in args], "kwargs": {key: tensors(value) for key, value in kwargs.items()}})
+        self.send(Reply.RETURN, {"args": [tensors(arg) for arg in args], "kwargs": {key: tensors(value) for key, value in kwargs.items()}})
 
     def do_kernel_source(self, name: str) -> None:
         """The kernel's self-contained source, for the grader to check and compile (plain data)."""
         from gpucourse.kernel_source import kernel_source
 
-        self.send("return", kernel_source(self.namespace[name]).to_plain())
+        self.send(Reply.RETURN, kernel_source(self.namespace[name]).to_plain())
 
     def do_load_block(self, name: str, calls) -> None:
         calls = [self._bind(args) for args in calls]
         self.block = (self.namespace[name], [_pinned(args) for args in calls] if torch.cuda.is_available() else calls)
-        self.send("ok")
+        self.send(Reply.OK)
 
     def do_run_block(self, weights: torch.Tensor) -> None:
         fn, calls = self.block
@@ -305,7 +311,7 @@ class Worker:
         digests = [output_digest(output, weights) for output in outputs]
         self._synchronize()
         self.block_outputs = outputs
-        self.send("done", digests)
+        self.send(Reply.DONE, digests)
 
     def do_fetch_block(self) -> None:
         outputs, self.block_outputs = self.block_outputs, None
@@ -317,7 +323,7 @@ class Worker:
         # collected first (cheap), so the block's own cyclic garbage is not kept forever.
         gc.collect(1)
         gc.freeze()
-        self.send("return", replies)
+        self.send(Reply.RETURN, replies)
 
     def _bind(self, value):
         """Replace Callback markers in arguments by functions that call back into the harness,
@@ -336,13 +342,13 @@ class Worker:
 
     def _callback(self, callback_id: int):
         def call_harness(*args, **kwargs):
-            message = ("callback", callback_id, to_plain(args), to_plain(kwargs))
+            message = (Reply.CALLBACK, callback_id, to_plain(args), to_plain(kwargs))
             with self._callback_lock:  # one call at a time, from any thread: each reply is its own
                 self.send(*message)
                 reply = self._replies.get()
             if reply is None:
                 raise RuntimeError("the grader is gone")
-            if reply[0] == "cb_return":
+            if reply[0] == Answer.RETURN:
                 return reply[1]
             raise RuntimeError(f"the test's function raised {reply[1]}: {reply[2]}")
 

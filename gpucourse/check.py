@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from .devices import device_class
+from .hooks import GraderStandIn, stand_in_hook
 from .timing import SpeedResult, ratio_text
 
 
@@ -226,7 +227,7 @@ def counted_call(fn, *args, counter, top_level: bool = False, eager: bool = Fals
     forbids an op by its name or bounds how the count grows (modules 08, 09: compiled, ``F.max_pool2d`` or a loop
     runs as Inductor's code, which records no op, and the library's LSTM as matrix products, its name gone).
     """
-    trusted = getattr(fn, "call_profiled", None)
+    trusted = stand_in_hook(fn, "call_profiled")
     if trusted is not None:
         return trusted(*args, top_level=top_level, eager=eager)
     with torch.compiler.set_stance("force_eager") if eager else contextlib.nullcontext():
@@ -239,9 +240,9 @@ def top_level_ops(fn, *args) -> dict[str, int]:
     by torch's profiler as the grader records them (``counted_call(..., top_level=True)``): module 09 looks
     for the library's recurrent ops there (``aten::lstm_cell`` runs as a matmul and pointwise ops inside,
     which is all a dispatch mode would see)."""
-    from autograder.profiling import counted_call as profiled
+    from .gates.ops import counted_top_level
 
-    return profiled(fn, *args, top_level=True)[1]
+    return counted_top_level(fn, *args)[1]
 
 
 def moving_ops(ops: dict[str, int]) -> dict[str, int]:
@@ -250,17 +251,17 @@ def moving_ops(ops: dict[str, int]) -> dict[str, int]:
     (``aten::view``, ``aten::lift_fresh``, an ``aten::to`` that converts nothing). Module 06 bounds passes over
     memory with it: ``torch.compile(dynamic=True)`` lifts a Python float into a tensor on every call, which is
     bookkeeping, not a pass. A ``to`` or ``contiguous`` that does copy copies by ops it calls inside, which stay."""
-    from autograder.profiling import moving_ops as moving
+    from .gates.ops import moving_ops as moving
 
     return moving(ops)
 
 
 def launched_ops(fn, *args) -> dict[str, int]:
     """{op: calls} of one call of a Triton launcher (modules 06, 07): each kernel launch as ``triton::<kernel>``,
-    and the ATen ops run outside the launches; the counter to give :func:`counted_call` for a launcher,
-    which under grading counts in a process that holds only the setup cells, the launcher's cell and
-    its kernels' checked sources."""
-    from autograder.triton_runner import launched_ops as counted
+    and the ATen ops run outside the launches (not those a computing op runs inside: :func:`gpucourse.gates.ops.launched_ops`);
+    the counter to give :func:`counted_call` for a launcher, which under grading counts in a process that holds only
+    the setup cells, the launcher's cell and its kernels' checked sources."""
+    from .gates.ops import launched_ops as counted
 
     return counted(fn, *args)
 
@@ -268,7 +269,7 @@ def launched_ops(fn, *args) -> dict[str, int]:
 def assert_kernels_did_the_work(ops: dict[str, int], name: str) -> None:
     """``ops`` (of :func:`counted_call` with :func:`launched_ops`) hold a Triton kernel launch and no ATen op
     that computes (allocations, fills and views only): the kernels did all the work."""
-    from autograder.triton_runner import work_outside_kernels
+    from .gates.ops import work_outside_kernels
 
     launches = {op: calls for op, calls in ops.items() if op.startswith("triton::")}
     assert launches, f"{name} launched no Triton kernel (it ran {ops}): launch your kernel, kernel[grid](...)"
@@ -284,7 +285,7 @@ def njit_only(fn):
     Under grading, the returned stand-in calls and times the function in a process that holds only the
     setup cells and that cell (the course's evidence rule); here the cell is checked as the grader will.
     """
-    trusted = getattr(fn, "njit_only", None)
+    trusted = stand_in_hook(fn, "njit_only")
     if trusted is not None:
         return trusted()
     name = getattr(fn, "__name__", "the function")
@@ -295,7 +296,7 @@ def njit_only(fn):
     cell = _cell_source(py_func, name)
     if not cell:
         return fn
-    from gpucourse.gates.njit_gate import NotOwnLoops, check_own_loops
+    from .gates.njit_gate import NotOwnLoops, check_own_loops
 
     try:
         check_own_loops(cell)
@@ -314,7 +315,7 @@ def torch_only(fn):
     setup cells and those cells (the course's evidence rule), where its ops are also counted
     (:func:`counted_call`); here its cell is checked as the grader will check it.
     """
-    trusted = getattr(fn, "torch_only", None)
+    trusted = stand_in_hook(fn, "torch_only")
     if trusted is not None:
         return trusted()
     _check_torch_cell(fn)
@@ -330,9 +331,8 @@ def _check_torch_cell(fn) -> None:
     cell = _cell_source(fn, name)
     if not cell:
         return
-    from autograder.skeleton import free_names
-    from gpucourse.gates.torch_gate import UncountableSource, check_countable
-
+    from .gates.syntax import free_names
+    from .gates.torch_gate import UncountableSource, check_countable
     from .triton_source import is_triton_kernel
 
     namespace = getattr(fn, "__globals__", {})
@@ -361,7 +361,7 @@ def mma_calls(fn, a, b) -> int:
     Under grading the calls are logged by the grader in a process that holds only the setup cells and
     ``fn``'s answer cell, and checked by the grader.
     """
-    trusted = getattr(fn, "mma_calls", None)
+    trusted = stand_in_hook(fn, "mma_calls")
     if trusted is not None:
         return trusted(a, b)
     written(fn)  # an untouched answer: its stub's message, without a compilation
@@ -383,17 +383,17 @@ def mma_counted(fn):
     ``fn``'s answer cell (as :func:`njit_only`), and the grader checks the tally; here ``fn``'s cell is checked as
     :func:`njit_only` checks it, and the calls are tallied in this process.
     """
-    trusted = getattr(fn, "mma_counted", None)
+    trusted = stand_in_hook(fn, "mma_counted")
     if trusted is not None:
         return trusted()
     return MmaCounted(njit_only(fn))
 
 
-class MmaCounted:
+class MmaCounted(GraderStandIn):
     """``fn(a, b, counting_mma)`` called as ``self(a, b)``, each call and timed block tallied and checked (:func:`mma_counted`).
 
     ``start(secret)`` and ``read()`` start and read the tally where ``fn`` runs: in this process by default; in the
-    grader, in the runner where its stand-in for ``fn`` runs (:meth:`autograder.harness.StudentFunction.mma_counted`).
+    grader, in the runner where its stand-in for ``fn`` runs (:meth:`autograder.standins.StudentFunction.mma_counted`).
     """
 
     def __init__(self, fn, start=None, read=None):
@@ -438,7 +438,7 @@ def answers_only(fn, *names: str, seconds: float | None = None, gated: bool = Fa
     threads (CPU time) do not count against it. So keep each of those answer cells self-contained: when
     graded, no other cell of yours runs beside them.
     """
-    trusted = getattr(fn, "answers_only", None)
+    trusted = stand_in_hook(fn, "answers_only")
     if trusted is not None:
         return trusted(names, seconds, gated)
     for name in names if gated else ():

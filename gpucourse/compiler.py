@@ -360,7 +360,7 @@ _COUNTS = {  # summary counter -> test on an opcode
 
 
 # The kinds of access a kernel makes, named alike for a traced launch and for the compiled code (the grader checks that
-# both make the same kinds: autograder.harness.TracedPaths) -> how a message names them.
+# both make the same kinds: autograder.standins.TracedPaths) -> how a message names them.
 ACCESS_KINDS = {
     "global load": "loads from global memory",
     "global store": "plain stores to global memory",

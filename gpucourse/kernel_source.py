@@ -13,101 +13,39 @@ importing :mod:`gpucourse.kernels` stays cheap.
 
 from __future__ import annotations
 
-import ast
 import builtins
-import dis
-import hashlib
 import inspect
-import math
 import sys
-import textwrap
 import types
-from dataclasses import dataclass, field
+
+from .hooks import stand_in_hook
+from .kernel_text import (
+    NUMPY_NAME,
+    FunctionText,
+    KernelCompileError,
+    KernelSource,
+    KernelSourceError,
+    SourceLine,
+    describe_value,
+    function_text,
+    global_uses,
+    literal_source,
+    numpy_scalar_class,
+    refusal,
+)
+
+# KernelSource and its errors are defined in kernel_text (triton_source shares them) and are this module's too:
+# its callers build and catch them.
+__all__ = ["ALLOWED_MODULES", "FUNCTION_MODULES", "KERNEL_FILENAME", "RULE", "KernelCompileError", "KernelSource", "KernelSourceError",
+           "SourceLine", "binding_line", "kernel_source"]
 
 KERNEL_FILENAME = "gpucourse_kernel.py"  # the module text's name in the compiler child
 ALLOWED_MODULES = ("cmath", "math", "numba", "numba.core.types", "numba.cuda", "numpy")
 # Modules whose functions a kernel may take by name, e.g. ``from math import sqrt``.
 FUNCTION_MODULES = ("math", "cmath", "numpy", "numba.cuda")
-LANGUAGES = ("numba", "triton")
 RULE = "a kernel can only use device functions, modules math/numpy/numba and plain constants"
 
-_NUMPY = "_gc_numpy"  # private names for what the emitted text itself needs
 _NUMBA_TYPES = "_gc_numba_types"
-_PLAIN_TYPES = (bool, int, float, complex, str, type(None))
-
-
-class KernelCompileError(Exception):
-    """The kernel would not compile for a GPU; the message says which line and why, in plain words.
-
-    ``line`` is the student's :class:`SourceLine` when known.
-    """
-
-    def __init__(self, message: str, line: SourceLine | None = None, compiler_message: str = ""):
-        super().__init__(message)
-        self.line = line
-        self.compiler_message = compiler_message  # numba's own words, for whoever wants them
-
-
-class KernelSourceError(KernelCompileError):
-    """The kernel reaches something that cannot leave its notebook (a list, an object, a closure...)."""
-
-
-@dataclass(frozen=True)
-class SourceLine:
-    """One line of the student's source: where it is and what it says."""
-
-    filename: str
-    line: int
-    function: str
-    code: str
-
-    def __str__(self) -> str:
-        return f"line {self.line}: {self.code.strip()}"
-
-
-@dataclass(frozen=True)
-class KernelSource:
-    """A kernel's self-contained module text, with each text line's origin in the student's source.
-
-    ``text`` imports modules, defines constants, device functions and the kernel (decorated
-    ``@cuda.jit``), in a deterministic order, so ``digest`` can key a cache.
-    ``origins[i]`` is the student's line for line ``i + 1`` of ``text`` (None for emitted lines).
-    """
-
-    name: str
-    text: str
-    origins: tuple[SourceLine | None, ...] = field(repr=False)
-    device: bool = False  # the function itself is a device function, not a kernel
-    language: str = "numba"  # or "triton": a @triton.jit kernel (see gpucourse.triton_source)
-
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()
-
-    def origin(self, text_line: int) -> SourceLine | None:
-        """The student's line behind line ``text_line`` (1-based) of ``text``."""
-        if 1 <= text_line <= len(self.origins):
-            return self.origins[text_line - 1]
-        return None
-
-    def to_plain(self) -> dict:
-        """Plain data (str, int, bool, list, dict, None) for the grader's protocol."""
-        origins = [None if o is None else [o.filename, o.line, o.function, o.code] for o in self.origins]
-        return {"name": self.name, "text": self.text, "origins": origins, "device": self.device, "language": self.language}
-
-    @classmethod
-    def from_plain(cls, data) -> KernelSource:
-        """The inverse of :meth:`to_plain`; raises ValueError on anything else."""
-        try:
-            origins = tuple(None if o is None else SourceLine(str(o[0]), int(o[1]), str(o[2]), str(o[3])) for o in data["origins"])
-            source = cls(str(data["name"]), str(data["text"]), origins, bool(data["device"]), str(data.get("language", "numba")))
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
-            raise ValueError(f"not a kernel source ({error})") from None
-        if source.language not in LANGUAGES:
-            raise ValueError(f"not a kernel language: {source.language!r}")
-        if not source.name.isidentifier():
-            raise ValueError(f"not a kernel name: {source.name!r}")
-        return source
 
 
 def kernel_source(kernel) -> KernelSource:
@@ -120,9 +58,9 @@ def kernel_source(kernel) -> KernelSource:
     function of math/cmath/numpy/numba.cuda, or a builtin; or when it is a closure, has default
     arguments, or its source cannot be read.
     """
-    provided = getattr(type(kernel), "__kernel_source__", None)
+    provided = stand_in_hook(kernel, "__kernel_source__")
     if provided is not None:  # a stand-in for a kernel held elsewhere (the grader's proxy for a student's kernel)
-        return provided(kernel)
+        return provided()
     from .triton_source import is_triton_kernel, triton_source
 
     if is_triton_kernel(kernel):
@@ -150,19 +88,12 @@ def _unwrap(kernel) -> tuple[types.FunctionType | None, bool, bool]:
     return None, False, False
 
 
-@dataclass
-class _Function:
-    name: str
-    lines: list[str]
-    origins: list[SourceLine | None]
-
-
 class _Collector:
     """Walks a kernel and everything it reaches, binding each global name once."""
 
     def __init__(self):
         self.bindings: dict[str, tuple[str, str]] = {}  # name -> (section, emitted line)
-        self.functions: dict[str, _Function] = {}
+        self.functions: dict[str, FunctionText] = {}
         self.seen: set[int] = set()  # ids of the python functions already added, so cycles stop
 
     def add_function(self, function, device: bool, fastmath: bool) -> None:
@@ -172,9 +103,9 @@ class _Collector:
         self.seen.add(id(function))
         _check_plain_function(function)
         self._bind(name, "function", f"def {name} #{id(function)}", function)
-        self.functions[name] = _function_text(function, _decorator(device, fastmath))
+        self.functions[name] = function_text(function, _decorator(device, fastmath))
         self._bind("cuda", "import", "import numba.cuda as cuda", function)  # the decorator needs it
-        for global_name, line in sorted(_global_uses(function.__code__).items()):
+        for global_name, line in sorted(global_uses(function.__code__).items()):
             self._add_global(function, global_name, line)
 
     def _add_global(self, function, name: str, line: int) -> None:
@@ -182,7 +113,7 @@ class _Collector:
         if name not in namespace:
             if hasattr(builtins, name):
                 return  # a builtin used as such; numba says whether a kernel may call it
-            raise _refusal(function, line, f"{function.__name__} uses the name `{name}`, which is not defined")
+            raise refusal(function, line, f"{function.__name__} uses the name `{name}`, which is not defined")
         value = namespace[name]
         if value is getattr(builtins, name, _MISSING):
             return
@@ -191,7 +122,7 @@ class _Collector:
             return
         section, text = _emit(name, value)
         if text is None:
-            raise _refusal(function, line, f"{function.__name__} uses the global `{name}` ({_describe(value)}): {RULE}")
+            raise refusal(function, line, f"{function.__name__} uses the global `{name}` ({describe_value(value)}): {RULE}")
         for helper in _helpers_for(text):
             self._bind(helper[0], "import", helper[1], function)
         self._bind(name, section, text, function)
@@ -199,7 +130,7 @@ class _Collector:
     def _add_device_function(self, caller, name: str, kernel, line: int) -> None:
         function, device, fastmath = _unwrap(kernel)
         if not device:
-            raise _refusal(caller, line, f"{caller.__name__} calls `{name}`, a kernel: a kernel cannot launch another; "
+            raise refusal(caller, line, f"{caller.__name__} calls `{name}`, a kernel: a kernel cannot launch another; "
                                          "make it a device function with @cuda.jit(device=True)")
         self.add_function(function, device, fastmath)
         if name != function.__name__:
@@ -233,19 +164,6 @@ class _Collector:
 _MISSING = object()
 
 
-def _refusal(function, line: int | None, message: str) -> KernelSourceError:
-    source_line = _student_line(function, line) if line else None
-    prefix = f"line {line}: " if line else ""
-    return KernelSourceError(prefix + message, source_line)
-
-
-def _student_line(function, line: int) -> SourceLine:
-    import linecache
-
-    filename = function.__code__.co_filename
-    return SourceLine(filename, line, function.__name__, linecache.getline(filename, line).rstrip("\n"))
-
-
 def _check_plain_function(function) -> None:
     code = function.__code__
     if code.co_freevars:
@@ -260,53 +178,9 @@ def _check_plain_function(function) -> None:
         raise KernelSourceError(f"{function.__name__} is a generator or coroutine, which a GPU cannot run")
 
 
-def _global_uses(code: types.CodeType) -> dict[str, int]:
-    """Each global name the code (and the code nested in it) reads, with the first line reading it."""
-    uses: dict[str, int] = {}
-    for instruction in dis.get_instructions(code):
-        line = _instruction_line(instruction) or code.co_firstlineno
-        if instruction.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"):
-            raise KernelSourceError(f"line {line}: {code.co_name} assigns to the global `{instruction.argval}`, which a GPU cannot do")
-        if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
-            uses.setdefault(instruction.argval, line)
-    for constant in code.co_consts:
-        if isinstance(constant, types.CodeType):
-            for name, line in _global_uses(constant).items():
-                uses.setdefault(name, line)
-    return uses
-
-
-def _instruction_line(instruction) -> int | None:
-    positions = getattr(instruction, "positions", None)  # Python 3.11+
-    if positions is not None and positions.lineno:
-        return positions.lineno
-    return instruction.starts_line
-
-
 def _decorator(device: bool, fastmath: bool) -> str:
     options = [option for option, wanted in (("device=True", device), ("fastmath=True", fastmath)) if wanted]
     return f"@cuda.jit({', '.join(options)})" if options else "@cuda.jit"
-
-
-def _function_text(function, decorator: str) -> _Function:
-    """The function's own lines (decorators dropped), dedented, under ``decorator``."""
-    name = function.__name__
-    try:
-        source_lines, first_line = inspect.getsourcelines(function)
-    except (OSError, TypeError) as error:
-        raise KernelSourceError(f"cannot read the source of `{name}` ({error}): define it in a notebook cell or a .py file") from None
-    source = textwrap.dedent("".join(source_lines))
-    try:
-        definition = ast.parse(source).body[0]
-    except (SyntaxError, IndexError):
-        definition = None
-    if not isinstance(definition, ast.FunctionDef) or definition.name != name:
-        raise KernelSourceError(f"cannot read the source of `{name}`: define it with a plain `def {name}(...)`")
-    text = source.splitlines()[definition.lineno - 1:definition.end_lineno]
-    filename = function.__code__.co_filename
-    offset = first_line + definition.lineno - 1  # the student's line of the `def`
-    origins = [SourceLine(filename, offset + index, name, line) for index, line in enumerate(text)]
-    return _Function(name, [decorator, *text], [origins[0], *origins])
 
 
 def _is_numba_kernel(value) -> bool:
@@ -322,7 +196,7 @@ def _emit(name: str, value) -> tuple[str, str | None]:
     source = _function_from_module(value)
     if source is not None:
         return "import", f"from {source[0]} import {source[1]} as {name}"
-    literal = _literal(value)
+    literal = literal_source(value)
     if literal is None:
         literal = _scalar_type(value)
     return "constant", (f"{name} = {literal}" if literal is not None else None)
@@ -352,35 +226,10 @@ def _function_from_module(value) -> tuple[str, str] | None:
     return None
 
 
-def _literal(value) -> str | None:
-    """Python source that rebuilds a plain constant exactly, or None for anything else."""
-    kind = type(value)
-    if kind is float:
-        return repr(value) if math.isfinite(value) else f"float({repr(value)!r})"
-    if kind is complex:
-        return f"complex({_literal(value.real)}, {_literal(value.imag)})"
-    if kind in _PLAIN_TYPES:
-        return repr(value)
-    if kind is tuple:
-        items = [_literal(item) for item in value]
-        if any(item is None for item in items):
-            return None
-        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-    if kind.__module__ == "numpy" and _numpy_scalar_class(kind):
-        return f"{_NUMPY}.{kind.__name__}({_literal(value.item())})"
-    return None
-
-
-def _numpy_scalar_class(kind) -> bool:
-    numpy = sys.modules.get("numpy")
-    return (numpy is not None and isinstance(kind, type) and issubclass(kind, (numpy.number, numpy.bool_))
-            and getattr(numpy, kind.__name__, None) is kind)
-
-
 def _scalar_type(value) -> str | None:
     """``np.float32`` (the class) or ``numba.float32`` (a numba type) as source, else None."""
-    if _numpy_scalar_class(value):
-        return f"{_NUMPY}.{value.__name__}"
+    if numpy_scalar_class(value):
+        return f"{NUMPY_NAME}.{value.__name__}"
     if not type(value).__module__.startswith("numba"):
         return None
     from numba.core import types as numba_types
@@ -394,22 +243,7 @@ def _scalar_type(value) -> str | None:
 
 
 def _helpers_for(text: str) -> list[tuple[str, str]]:
-    helpers = [(_NUMPY, f"import numpy as {_NUMPY}"), (_NUMBA_TYPES, f"import numba.core.types as {_NUMBA_TYPES}")]
+    helpers = [(NUMPY_NAME, f"import numpy as {NUMPY_NAME}"), (_NUMBA_TYPES, f"import numba.core.types as {_NUMBA_TYPES}")]
     return [helper for helper in helpers if f"{helper[0]}." in text]
 
 
-def _describe(value, decorator: str = "@cuda.jit(device=True)") -> str:
-    """A few words for a value a kernel may not use (``decorator`` makes a plain function callable from one)."""
-    if isinstance(value, types.ModuleType):
-        return f"the module {value.__name__}"
-    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
-        return f"a plain Python function; decorate it with {decorator} to call it from a kernel"
-    if isinstance(value, type):
-        return f"the class {value.__name__}"
-    kind = type(value)
-    if kind.__module__ == "numpy" and kind.__name__ == "ndarray":
-        return "a numpy array: pass it to the kernel as an argument"
-    if kind.__module__ == "builtins":
-        article = "an" if kind.__name__[0] in "aeiou" else "a"
-        return f"{article} {kind.__name__}"
-    return f"an object of type {kind.__module__}.{kind.__qualname__}"

@@ -20,6 +20,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from .hooks import stand_in_hook
+
 
 @dataclass
 class LoadPlan:
@@ -65,7 +67,7 @@ def run_loader(prefetch, items, *, load_seconds: float, compute_seconds: float, 
                fail_at=None, stop_after: int | None = None) -> tuple[LoadPlan, LoadRun]:
     """Consume ``prefetch(loader_fn, items, depth)`` as described above: (the plan, what happened)."""
     plan = LoadPlan(items, load_seconds, compute_seconds, depth, fail_at, stop_after)
-    across = getattr(prefetch, "drive_iterator", None)
+    across = stand_in_hook(prefetch, "drive_iterator")
     return plan, (across(plan) if across is not None else _run_here(prefetch, plan))
 
 

@@ -63,6 +63,7 @@ from dataclasses import dataclass
 import torch
 
 from . import gpu_specs, thresholds
+from .hooks import stand_in_hook
 from .sim.streams import Schedule, Timeline
 
 RESERVED_NAMES = ("", "host")  # no stream shows as the host in a timeline (the model's host is not a stream: it has no name)
@@ -514,7 +515,7 @@ class ModelRun:
         """``fn(*args)`` with this run's calls recorded: in this process, or, for the autograder's
         stand-in of a student's function, across the process boundary (every call of the student's
         code carried out and recorded here, see :class:`RemoteBackend`)."""
-        across = getattr(fn, "call_with_streams", None)
+        across = stand_in_hook(fn, "call_with_streams")
         if across is None:
             with using(self.backend):
                 return fn(*args)

@@ -23,6 +23,7 @@ import torch
 import torch.utils.benchmark as benchmark
 
 from .devices import describe, device, synchronize
+from .hooks import stand_in_hook
 
 
 @contextlib.contextmanager
@@ -303,7 +304,7 @@ def _timed_block(fn: Callable, inputs: list[Sequence], charge_cpu_time: bool = F
     another process) brings its own ``timed_block``, timed by the caller's clock around the
     calls alone. ``charge_cpu_time``: the lesser of the wall time and this process's CPU time.
     """
-    runner = getattr(fn, "timed_block", None)
+    runner = stand_in_hook(fn, "timed_block")
     if runner is not None:
         return runner(inputs)
     start, start_cpu = _clock(), time.process_time()

@@ -19,16 +19,7 @@ import builtins
 import sys
 import types
 
-from .kernel_source import (
-    KernelSource,
-    KernelSourceError,
-    SourceLine,
-    _describe,
-    _function_text,
-    _global_uses,
-    _literal,
-    _refusal,
-)
+from .kernel_text import KernelSource, KernelSourceError, SourceLine, describe_value, function_text, global_uses, literal_source, refusal
 
 RULE = "a Triton kernel can only use @triton.jit functions, triton and triton.language, and plain constants"
 _DECORATOR = "@triton.jit"
@@ -44,7 +35,7 @@ def is_triton_kernel(value) -> bool:
 def triton_source(kernel) -> KernelSource:
     """The self-contained source of a ``@triton.jit`` kernel (see the module's docstring).
 
-    Raises :class:`~gpucourse.kernel_source.KernelSourceError`, naming the line, when the kernel
+    Raises :class:`~gpucourse.kernel_text.KernelSourceError`, naming the line, when the kernel
     uses a global that is not a triton module or function, a ``@triton.jit`` function or a plain
     constant; when it is a closure, has default argument values or ``@triton.jit`` options, or its
     source cannot be read.
@@ -69,9 +60,9 @@ class _Collector:
         self.seen.add(id(function))
         _check_plain(kernel, function)
         self._bind(function.__name__, "function", f"def {function.__name__} #{id(function)}", function)
-        text = _function_text(function, _DECORATOR)
+        text = function_text(function, _DECORATOR)
         self.functions[function.__name__] = (text.lines, text.origins)
-        uses = {**_annotation_uses(function, text.lines), **_global_uses(function.__code__)}
+        uses = {**_annotation_uses(function, text.lines), **global_uses(function.__code__)}
         for name, line in sorted(uses.items()):
             self._add_global(function, name, line)
 
@@ -80,7 +71,7 @@ class _Collector:
         if name not in namespace:
             if hasattr(builtins, name):
                 return  # range, min, print...: Triton's compiler says which it supports
-            raise _refusal(function, line, f"{function.__name__} uses the name `{name}`, which is not defined")
+            raise refusal(function, line, f"{function.__name__} uses the name `{name}`, which is not defined")
         value = namespace[name]
         if value is getattr(builtins, name, object()):
             return
@@ -91,7 +82,7 @@ class _Collector:
             return
         section, text = _emit(name, value)
         if text is None:
-            raise _refusal(function, line, f"{function.__name__} uses the global `{name}` ({_describe(value, '@triton.jit')}): {RULE}")
+            raise refusal(function, line, f"{function.__name__} uses the global `{name}` ({describe_value(value, '@triton.jit')}): {RULE}")
         self._bind(name, section, text, function)
 
     def _bind(self, name: str, section: str, text: str, user) -> None:
@@ -168,9 +159,9 @@ def _emit(name: str, value) -> tuple[str, str | None]:
             return "import", f"from {module} import {attribute}" + ("" if attribute == name else f" as {name}")
         return "constant", f"{name} = {module}.{attribute}"  # a dtype such as tl.float32
     if type(value).__name__ == "constexpr" and type(value).__module__.startswith("triton.language"):
-        literal = _literal(value.value)
+        literal = literal_source(value.value)
         return "constant", (f"{name} = triton.language.constexpr({literal})" if literal is not None else None)
-    literal = _literal(value)
+    literal = literal_source(value)
     return "constant", (f"{name} = {literal}" if literal is not None else None)
 
 

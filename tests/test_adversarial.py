@@ -590,7 +590,7 @@ def fork_bomb_run(tmp_path_factory):
 
 
 def assert_stopped_as_a_fork_bomb(report):
-    """The bomb's cell was skipped: stopped when seen holding harness.FORK_BOMB_PROCESSES processes (ProcessWatch),
+    """The bomb's cell was skipped: stopped when seen holding session.FORK_BOMB_PROCESSES processes (ProcessWatch),
     or at its time limit, as before the watch. The watch is a saving, the time limit the guarantee: the watch's
     first version, waiting for most of the process limit, never fired beside a second CI run (docs/ci-profile.md);
     tests/test_harness.py holds the watch itself to exact notes."""

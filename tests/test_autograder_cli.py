@@ -15,10 +15,10 @@ import nbformat
 import pytest
 
 from autograder import cli, skeleton
+from autograder import selfcheck as student_cli
 from autograder.nbgrader_cli import scripts_on_path
 from autograder.outcomes import Outcome
 from course_helpers import ASSIGNMENTS, facts, on_gpu, one_class_per_module, release, source
-from gpucourse import cli as student_cli
 
 
 def _row(printed: str, first_word: str) -> str:

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from autograder import harness, sandbox, skeleton
+from autograder import harness, sandbox, session, skeleton
 from autograder.clock import FairClock
 from autograder.outcomes import Outcome
 from autograder.skeleton import Plan
@@ -74,7 +74,7 @@ def test_a_cell_that_holds_the_process_limit_is_stopped_at_once_and_not_tried_ag
     seconds = time.monotonic() - started
     [item] = result.items
     assert item.outcome == Outcome.FAILED and "was skipped: your code cell 1" in item.message, item
-    # The threshold: 90 % of this small limit (under the default limit, harness.FORK_BOMB_PROCESSES).
+    # The threshold: 90 % of this small limit (under the default limit, session.FORK_BOMB_PROCESSES).
     assert "your code cell 1 started 144 processes or more, as a fork bomb does, and was stopped; it was skipped" in result.notes, result.notes
     # Two looks a second apart once the limit is reached, one try: far from the 30 s cell limit, let alone two of them.
     assert seconds < 20, f"grading took {seconds:.0f} s"
@@ -108,7 +108,7 @@ time.sleep(3600)
 def test_a_cell_that_starts_hundreds_of_processes_below_its_limit_is_stopped_at_once(tmp_path):
     (tmp_path / "work").mkdir()
     limits = sandbox.Limits(cell_seconds=30, item_seconds=30, notebook_seconds=120, memory_bytes=4 * 1024**3)
-    assert limits.processes * harness.PROCESS_LIMIT_SHARE > 300 > harness.FORK_BOMB_PROCESSES
+    assert limits.processes * session.PROCESS_LIMIT_SHARE > 300 > session.FORK_BOMB_PROCESSES
     started = time.monotonic()
     result = harness.grade(_plan(FORKS_A_FEW_HUNDRED + "ANSWER = 42\n"), tmp_path / "work", limits)
     seconds = time.monotonic() - started
@@ -119,13 +119,13 @@ def test_a_cell_that_starts_hundreds_of_processes_below_its_limit_is_stopped_at_
 def test_honest_processes_below_the_threshold_are_never_stopped(monkeypatch):
     """The watch stops a tree holding FORK_BOMB_PROCESSES processes at two looks in a row, never on one look or below it."""
     counts = iter([300, 100, 255, 256, 1300])
-    monkeypatch.setattr(harness, "processes_in_trees", lambda roots: next(counts))
-    monkeypatch.setattr(harness, "WATCH_SECONDS", 0.0)
-    watch = harness.ProcessWatch(lambda: [1], 1536)
-    assert watch.threshold == harness.FORK_BOMB_PROCESSES == 256
+    monkeypatch.setattr(session, "processes_in_trees", lambda roots: next(counts))
+    monkeypatch.setattr(session, "WATCH_SECONDS", 0.0)
+    watch = session.ProcessWatch(lambda: [1], 1536)
+    assert watch.threshold == session.FORK_BOMB_PROCESSES == 256
     for _ in range(4):  # 300 (above it), 100, 255 (below it), 256: one look at a time
         watch.look()
-    with pytest.raises(harness.ForkBombStopped):
+    with pytest.raises(session.ForkBombStopped):
         watch.look()  # 1300: the second look in a row
 
 
@@ -308,7 +308,7 @@ def test_a_worker_that_cannot_start_is_a_grader_error(tmp_path):
     starved = sandbox.Limits(cell_seconds=20, memory_bytes=64 * 1024**2)
     if sandbox._address_space_limit(starved) is None:
         pytest.skip("no address-space cap on a CUDA grader")
-    with pytest.raises(harness.GraderError, match="could not start") as failure:
+    with pytest.raises(session.GraderError, match="could not start") as failure:
         harness.grade(_plan("ANSWER = 42"), tmp_path / "work", starved)
     assert "memory" in failure.value.log.lower(), failure.value.log
 
@@ -346,7 +346,7 @@ def test_without_nvidias_compiler_a_grader_stops_and_a_self_check_goes_on(tmp_pa
     a student's self-check still runs the tests and says the kernels were not compiled."""
     monkeypatch.setenv("GPUCOURSE_PTXAS", "/nonexistent/ptxas")
     (tmp_path / "grader").mkdir()
-    with pytest.raises(harness.GraderError, match="cannot compile kernels"):
+    with pytest.raises(session.GraderError, match="cannot compile kernels"):
         harness.grade(_kernel_plan(), tmp_path / "grader", LIMITS)
     (tmp_path / "self").mkdir()
     result = harness.grade(_kernel_plan(), tmp_path / "self", LIMITS, compiler_required=False)

@@ -1,11 +1,11 @@
-"""The cross-check of a traced launch against the code compiled for a GPU (issue 47, autograder.harness.TracedPaths):
+"""The cross-check of a traced launch against the code compiled for a GPU (issue 47, autograder.standins.TracedPaths):
 a kernel whose path turns on something numba's simulator and the compiler compute differently is traced on one path
 and runs another; the kinds of access of the two must agree, both ways."""
 
 import numpy as np
 import pytest
 
-from autograder import harness
+from autograder import session, standins
 from test_kernel_gate import run_cells
 
 
@@ -20,8 +20,8 @@ class Compiled:
 
 
 def test_a_kind_the_trace_saw_and_the_compiled_code_lacks_fails_at_once():
-    paths = harness.TracedPaths()
-    with pytest.raises(harness.StudentError) as failed:
+    paths = standins.TracedPaths()
+    with pytest.raises(session.StudentError) as failed:
         paths.launched("histogram_kernel", Compiled("global load", "global store"), {"global load", "atomic"})
     assert str(failed.value) == ("histogram_kernel behaves differently in the simulator and compiled: the simulated launch made "
                                  "atomic updates, the code compiled for a GPU has none")
@@ -29,10 +29,10 @@ def test_a_kind_the_trace_saw_and_the_compiled_code_lacks_fails_at_once():
 
 def test_a_kind_only_the_compiled_code_has_fails_when_the_items_launches_together_never_made_it():
     compiled = Compiled("global load", "global store", "atomic")
-    paths = harness.TracedPaths()
+    paths = standins.TracedPaths()
     paths.launched("histogram_kernel", compiled, {"global load", "atomic"})
     paths.launched("histogram_kernel", compiled, {"global load", "atomic"})
-    with pytest.raises(harness.StudentError) as failed:
+    with pytest.raises(session.StudentError) as failed:
         paths.check_every_kind_ran()
     assert str(failed.value) == ("histogram_kernel behaves differently in the simulator and compiled: the code compiled for a GPU "
                                  "has plain stores to global memory, its traced launches in this test made none")
@@ -40,7 +40,7 @@ def test_a_kind_only_the_compiled_code_has_fails_when_the_items_launches_togethe
 
 def test_a_small_launch_may_skip_a_path_another_launch_of_the_item_takes():
     compiled, other_signature = Compiled("global load", "global store", "barrier"), Compiled("global load")
-    paths = harness.TracedPaths()
+    paths = standins.TracedPaths()
     paths.launched("k", compiled, {"global load"})  # one element: no thread reached the store or the barrier
     paths.launched("k", other_signature, {"global load"})
     paths.launched("k", compiled, {"global load", "global store", "barrier"})
@@ -55,7 +55,7 @@ def simulated(simulated_cuda):
     def traced_kinds(kernel, config, *args):
         with sim.trace() as trace:
             kernel[config](*args)
-        return harness._traced_kinds(trace.export())
+        return standins._traced_kinds(trace.export())
 
     return traced_kinds
 
@@ -96,8 +96,8 @@ def test_a_kernel_the_simulator_runs_on_another_path_than_the_gpu_is_caught(simu
     test, message = SWITCHES[case]
     values, bins = np.random.default_rng(0).integers(0, 4, 100).astype(np.int32), np.zeros(4, np.int32)
     histogram = run_cells(HISTOGRAM.format(test=test))["histogram"]
-    paths = harness.TracedPaths()
-    with pytest.raises(harness.StudentError, match=message):
+    paths = standins.TracedPaths()
+    with pytest.raises(session.StudentError, match=message):
         paths.launched("histogram", compile_report(histogram, (values, bins)), simulated(histogram, (2, 32), values, bins))
         paths.check_every_kind_ran()
     assert bins.tolist() == np.bincount(values, minlength=4).tolist()  # the simulator's counts are right all the same
@@ -118,6 +118,6 @@ def test_honest_kernels_make_the_kinds_their_compiled_code_has(simulated):
         compiled = compile_report(kernel, args)
         if name == "sines":
             assert compiled.global_loads > 0 and "global load" not in compiled.access_kinds()
-        paths = harness.TracedPaths()
+        paths = standins.TracedPaths()
         paths.launched(name, compiled, simulated(kernel, config, *args))
         paths.check_every_kind_ran()

@@ -36,6 +36,8 @@ FORGED = {
     "a relative import": "from . import secrets\nimport numba.cuda as cuda\n" + KERNEL,
     "an attribute of a function": "import numba.cuda as cuda\nfrom math import sqrt as s\nX = s.__globals__\n" + KERNEL,
     "not Python": "import numba.cuda as cuda\n@cuda.jit\ndef k(x:\n",
+    "arithmetic that runs": "import numba.cuda as cuda\nX = 10 ** 10 ** 10\n" + KERNEL,  # the extraction writes values, never sums
+    "a mutable constant": "import numba.cuda as cuda\nX = [1, 2]\n" + KERNEL,  # gpucourse.gates.syntax.is_literal: no lists
 }
 
 

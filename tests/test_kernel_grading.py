@@ -719,7 +719,7 @@ VARIANTS_06 = {
         "def fused_tail(x, bias, residual):\n    return torch.addcmul(residual, F.gelu(x + bias), torch.tensor(SCALE, dtype=x.dtype))\n"
     ), "test_fused_tail_ops", "at most 2 allowed"),
     # Compiled with dynamic=True (issue 46): one fused pass, and Dynamo lifts the Python float SCALE into a tensor on every
-    # call (aten::empty, aten::to, aten::lift_fresh), which moves no tensor data: not counted (autograder.profiling.moving_ops).
+    # call (aten::empty, aten::to, aten::lift_fresh), which moves no tensor data: not counted (gpucourse.gates.ops.moving_ops).
     "dynamic_compiled_tail": ("fused_tail", "@torch.compile(dynamic=True)\n" + EAGER_TAIL, "test_fused_tail_ops", None),
     # Passes hidden where that bookkeeping is: the fused tail run in float64, each conversion a copy behind an aten::to (the
     # op that lifting's aten::to is); the copies inside it (aten::_to_copy, aten::copy_) are counted.

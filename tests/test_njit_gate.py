@@ -50,6 +50,9 @@ REFUSED = {
     "private_attribute": ("@njit\ndef f(a):\n    return a.__class__\n", "private and special"),
     "nested_function": ("@njit\ndef f(a):\n    def g():\n        return 1\n    return g()\n", "FunctionDef statement"),
     "two_decorators": ("@njit\n@njit\ndef f(a):\n    return a\n", "must be compiled with @njit"),
+    # Annotations run as Python when the def runs, in the runner that times the loops.
+    "annotation_call": ('@njit\ndef f(a: __import__("os").getpid()):\n    return a\n', "f has annotations"),
+    "return_annotation": ("@njit\ndef f(a) -> print(1):\n    return a\n", "f has annotations"),
 }
 
 

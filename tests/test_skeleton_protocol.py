@@ -8,7 +8,7 @@ import torch
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from autograder import protocol, skeleton
-from autograder.harness import _rebuild
+from autograder.session import rebuild
 from autograder.worker import to_plain
 
 
@@ -104,8 +104,8 @@ def test_replies_round_trip_plain_data():
             return True
 
     value = {"x": torch.arange(6.0).reshape(2, 3).T, "n": 3, "s": "ok", "t": (1.5, None), "d": torch.float64, "f": Sneaky(2.0)}
-    reply = ("return", to_plain(value))
-    decoded = _rebuild(protocol.decode_from_worker(protocol.encode_for_harness(reply))[1])
+    reply = (protocol.Reply.RETURN, to_plain(value))
+    decoded = rebuild(protocol.decode_from_worker(protocol.encode_for_harness(reply))[1])
     assert torch.equal(decoded["x"], torch.arange(6.0).reshape(2, 3).T) and decoded["x"].shape == (3, 2)
     assert decoded["t"] == (1.5, None) and decoded["d"] is torch.float64 and decoded["n"] == 3
     assert type(decoded["f"]) is float and not decoded["f"] < 1.0
@@ -129,7 +129,7 @@ def test_numpy_arrays_namedtuples_and_properties_come_back_as_they_were():
 
     value = {"a": np.arange(6, dtype=np.float32).reshape(2, 3).T, "empty": np.zeros((0, 3)), "p": Point(1, np.zeros(0)),
              "answer": Answer(8)}
-    decoded = _rebuild(protocol.decode_from_worker(protocol.encode_for_harness(("return", to_plain(value))))[1])
+    decoded = rebuild(protocol.decode_from_worker(protocol.encode_for_harness((protocol.Reply.RETURN, to_plain(value))))[1])
     assert isinstance(decoded["a"], np.ndarray) and decoded["a"].dtype == np.float32
     np.testing.assert_array_equal(decoded["a"], np.arange(6, dtype=np.float32).reshape(2, 3).T)
     assert decoded["empty"].shape == (0, 3)

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from autograder import harness, protocol
+from autograder import harness, protocol, session, standins
 from autograder.clock import tree_cpu_seconds
 from autograder.worker import Worker, output_digest
 
@@ -51,7 +51,7 @@ def test_course_functions_travel_by_name():
     """The intrinsic passed to a student's function reaches the worker by name; nothing outside the course's package does."""
     from gpucourse.intrinsics import mma_16x16
 
-    worker = harness.StudentWorker([], None, None, [])  # marshal needs no process
+    worker = session.StudentWorker([], None, None, [])  # marshal needs no process
     marker = worker.marshal(mma_16x16)
     assert marker == protocol.LibraryFunction("gpucourse.intrinsics", "mma_16x16") and marker.open() is mma_16x16
     with pytest.raises(ValueError, match="not a course function"):
@@ -80,19 +80,19 @@ def test_tree_cpu_counts_threads_that_ended_and_children_alive_or_reaped():
 @pytest.mark.parametrize("wall, running, loading, calls, expected", [
     (0.020, 0.019, 0.001, 10, 0.020),  # an honest block: its wall time
     (0.020, 0.040, 0.001, 10, 0.040),  # two threads busy: charged their CPU time
-    (0.005, 0.004, 0.105, 10, 0.005 + 0.105 - harness.LOAD_CPU_ALLOWANCE - 10 * harness.LOAD_CPU_ALLOWANCE_PER_CALL),  # work before "go"
+    (0.005, 0.004, 0.105, 10, 0.005 + 0.105 - standins.LOAD_CPU_ALLOWANCE - 10 * standins.LOAD_CPU_ALLOWANCE_PER_CALL),  # work before "go"
 ])
 def test_a_block_is_charged_what_its_worker_used(wall, running, loading, calls, expected):
-    assert harness._charged_seconds(wall, running, loading, [()] * calls) == pytest.approx(expected)
+    assert standins._charged_seconds(wall, running, loading, [()] * calls) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("wall, running, loading, calls, expected", [
     (0.080, 0.019, 0.001, 10, 0.019),  # an honest block on a busy machine: its CPU time, not the time it waited for a core
     (0.020, 0.040, 0.001, 10, 0.040),  # two threads busy: their CPU time
-    (0.005, 0.004, 0.105, 10, 0.004 + 0.105 - harness.LOAD_CPU_ALLOWANCE - 10 * harness.LOAD_CPU_ALLOWANCE_PER_CALL),  # work before "go"
+    (0.005, 0.004, 0.105, 10, 0.004 + 0.105 - standins.LOAD_CPU_ALLOWANCE - 10 * standins.LOAD_CPU_ALLOWANCE_PER_CALL),  # work before "go"
 ])
 def test_a_sandboxed_cpu_block_is_charged_its_cpu_time(wall, running, loading, calls, expected):
-    assert harness._charged_seconds(wall, running, loading, [()] * calls, cpu_only=True) == pytest.approx(expected)
+    assert standins._charged_seconds(wall, running, loading, [()] * calls, cpu_only=True) == pytest.approx(expected)
 
 
 def test_cpu_digests_are_exact_and_keyed():
@@ -104,9 +104,9 @@ def test_cpu_digests_are_exact_and_keyed():
     nudged[123, 4] = torch.nextafter(nudged[123, 4], torch.tensor(10.0))
     assert output_digest(nudged, weights) != digest  # one ulp of one element
     assert output_digest(output, torch.rand(4099, dtype=torch.float64) + 0.5) != digest  # a new key, a new digest
-    harness._check_digests("f", [output], [digest], weights)
+    standins._check_digests("f", [output], [digest], weights)
     with pytest.raises(AssertionError, match="not those the timed run produced"):
-        harness._check_digests("f", [nudged], [digest], weights)
+        standins._check_digests("f", [nudged], [digest], weights)
 
 
 @pytest.mark.slow

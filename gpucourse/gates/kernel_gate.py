@@ -23,6 +23,8 @@ import numpy as np
 
 from gpucourse.kernel_source import ALLOWED_MODULES, FUNCTION_MODULES, KernelSource, binding_line
 
+from .syntax import is_literal
+
 # The architecture every graded kernel is compiled for (sm_80), on every grader.
 GATE_GPU = "A100"
 _NUMPY_SCALARS = frozenset(name for name in dir(np) if isinstance(getattr(np, name), type)
@@ -95,28 +97,20 @@ def _check_statement(statement: ast.stmt, bound: dict[str, str]) -> None:
 
 def _is_constant(node: ast.expr, bound: dict[str, str]) -> bool:
     """A literal, float('inf')-style, a numpy scalar (class or value) or a numba type."""
-    if _is_literal(node):
+    if is_literal(node, arithmetic=False):
         return True
     if isinstance(node, ast.Tuple):
         return all(_is_constant(item, bound) for item in node.elts)
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         module = bound.get(node.value.id)
         return (module == "numpy" and node.attr in _NUMPY_SCALARS) or module == "numba.core.types"
-    if isinstance(node, ast.Call) and not node.keywords and all(_is_literal(arg) for arg in node.args):
+    if isinstance(node, ast.Call) and not node.keywords and all(is_literal(arg, arithmetic=False) for arg in node.args):
         function = node.func
         if isinstance(function, ast.Name):
             return function.id in ("float", "complex") and function.id not in bound
         return (isinstance(function, ast.Attribute) and isinstance(function.value, ast.Name)
                 and bound.get(function.value.id) == "numpy" and function.attr in _NUMPY_SCALARS)
     return False
-
-
-def _is_literal(node: ast.expr) -> bool:
-    try:
-        ast.literal_eval(node)
-        return True
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False
 
 
 def _check_function(definition: ast.FunctionDef, bound: dict[str, str], where: str) -> None:
@@ -348,10 +342,10 @@ def _check_triton_constant(statement: ast.Assign, bound: dict[str, str], where: 
     if isinstance(value, ast.Name) and bound.get(value.id) == _FUNCTION:  # a second name for a @triton.jit function
         bound[target] = _FUNCTION
         return
-    constexpr = (isinstance(value, ast.Call) and not value.keywords and len(value.args) == 1 and _is_literal(value.args[0])
+    constexpr = (isinstance(value, ast.Call) and not value.keywords and len(value.args) == 1 and is_literal(value.args[0], arithmetic=False)
                  and isinstance(value.func, ast.Attribute) and value.func.attr == "constexpr"
                  and _triton_attribute_chain(value.func, bound))
-    if not (_is_literal(value) or constexpr or (isinstance(value, ast.Attribute) and _triton_attribute_chain(value, bound))):
+    if not (is_literal(value, arithmetic=False) or constexpr or (isinstance(value, ast.Attribute) and _triton_attribute_chain(value, bound))):
         raise UncheckableSource(f"{where} is not a plain constant")
     bound.pop(target, None)
 

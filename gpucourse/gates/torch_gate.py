@@ -3,7 +3,7 @@
 An op count is evidence only if nothing in the process that counts can tamper with the
 profiler (docs/authoring.md, section 6: the evidence rule). The grader counts a student's
 function in a fresh process holding only the assignment's setup cells and the student's answer
-cell (:meth:`autograder.harness.StudentFunction.call_profiled`); this module decides whether
+cell (:meth:`autograder.standins.StudentFunction.call_profiled`); this module decides whether
 that cell may go there at all. Python can patch anything it can reach, so the rule is an
 allow-list, checked on the syntax tree before any of it runs:
 
@@ -37,6 +37,8 @@ import types
 
 import torch
 import torch.nn.functional
+
+from .syntax import Scope, Walker, is_literal, literal_defaults, literal_options, parameters, refusals_as, refuse
 
 MODULE_ALIASES = {"torch": torch, "math": math}  # names a cell may import, and what they are
 _IMPORTS = {"torch": "torch", "math": "math", "torch.nn.functional": "torch.nn.functional"}
@@ -83,27 +85,14 @@ def check_countable(text: str, setup: dict | None = None, answers=(), kernels=()
     setup = setup or {}
     functions = {name for name, value in setup.items() if isinstance(value, types.FunctionType) and not name.startswith("_")}
     constants = {name for name, value in setup.items() if _is_plain_constant(value) and not name.startswith("_")}
-    scope = _Scope(functions | _defined_functions(module) | set(answers), constants)
+    scope = Scope(functions | _defined_functions(module) | set(answers), constants)
     scope.modules = {name: value for name, value in setup.items() if any(value is m for m in _ALLOWED_MODULE_OBJECTS)}
     scope.kernels = set(kernels)
     if scope.kernels:
         scope.functions -= scope.kernels
         scope.modules |= {name: value for name, value in setup.items() if getattr(value, "__name__", None) == "triton"}
-    for statement in module.body:
-        _top_level(statement, scope)
-
-
-class _Scope:
-    """The names a line may use: module aliases, callables, constants, and each function's locals."""
-
-    def __init__(self, functions: set[str], constants: set[str]):
-        self.modules: dict[str, object] = {}
-        self.functions, self.constants = functions, constants
-        self.locals: list[set[str]] = []
-        self.kernels: set[str] = set()  # Triton kernels the cell may launch (a launcher's cell)
-
-    def is_local(self, name: str) -> bool:
-        return any(name in frame for frame in self.locals)
+    with refusals_as(UncountableSource):
+        _Countable(scope).walk(module)
 
 
 def _defined_functions(module: ast.Module) -> set[str]:
@@ -114,44 +103,205 @@ def _defined_functions(module: ast.Module) -> set[str]:
     return names
 
 
-def _refuse(node: ast.AST, why: str):
-    raise UncountableSource(f"line {getattr(node, 'lineno', '?')}: {why}")
+class _Countable(Walker):
+    names_rule = "the name `{}` is not allowed in a counted cell"
+    attributes_rule = "`.{}`: private and special attributes are not allowed in a counted cell"
+    statements_rule = "a {} statement is not allowed in a counted function"
+    targets_rule = "only local names (and items of local tensors) may be assigned to"
+    kwargs_rule = "`**kwargs` in a call is not allowed in a counted function"
+    starred = True
 
-
-def _top_level(statement: ast.stmt, scope: _Scope) -> None:
-    if isinstance(statement, ast.Import | ast.ImportFrom):
-        _import(statement, scope)
-    elif isinstance(statement, ast.FunctionDef):
-        _function(statement, scope)
-    elif isinstance(statement, ast.Assign):
+    def top_level_other(self, statement: ast.stmt) -> None:
+        if not isinstance(statement, ast.Assign):
+            refuse(statement, f"a {type(statement).__name__} statement may not stand outside a function here")
         if len(statement.targets) != 1 or not isinstance(statement.targets[0], ast.Name):
-            _refuse(statement, "only `name = constant` or `name = torch.compile(function)` may stand outside a function")
-        name = _name_text(statement.targets[0].id, statement)
+            refuse(statement, "only `name = constant` or `name = torch.compile(function)` may stand outside a function")
+        name = self.name(statement.targets[0].id, statement)
         if _is_compile_call(statement.value):
-            _compile_call(statement.value, scope)
-        elif is_immutable_literal(statement.value):
-            scope.constants.add(name)
+            self._compile_call(statement.value)
+        elif is_literal(statement.value):
+            self.scope.constants.add(name)
         else:
-            _refuse(statement, f"`{name}` is not a literal constant (numbers, strings, tuples) or a torch.compile'd function")
-    elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
-        return  # a docstring
-    else:
-        _refuse(statement, f"a {type(statement).__name__} statement may not stand outside a function here")
+            refuse(statement, f"`{name}` is not a literal constant (numbers, strings, tuples) or a torch.compile'd function")
 
+    def imports(self, statement: ast.Import | ast.ImportFrom) -> None:
+        if isinstance(statement, ast.ImportFrom):
+            pairs = [(f"{statement.module}.{alias.name}", alias.asname or alias.name) for alias in statement.names]
+            if statement.level:
+                refuse(statement, "relative imports are not allowed")
+        else:
+            pairs = [(alias.name, alias.asname or alias.name.split(".")[0]) for alias in statement.names]
+            if any(alias.asname is None and "." in alias.name for alias in statement.names):
+                pairs = [(alias.name.split(".")[0], alias.name.split(".")[0]) for alias in statement.names]
+        for module_name, bound in pairs:
+            if module_name not in _IMPORTS:
+                refuse(statement, f"imports {module_name}; a counted cell may import only torch, torch.nn.functional and math")
+            self.scope.modules[self.name(bound, statement)] = _resolve_module(module_name)
 
-def _import(statement: ast.Import | ast.ImportFrom, scope: _Scope) -> None:
-    if isinstance(statement, ast.ImportFrom):
-        pairs = [(f"{statement.module}.{alias.name}", alias.asname or alias.name) for alias in statement.names]
-        if statement.level:
-            _refuse(statement, "relative imports are not allowed")
-    else:
-        pairs = [(alias.name, alias.asname or alias.name.split(".")[0]) for alias in statement.names]
-        if any(alias.asname is None and "." in alias.name for alias in statement.names):
-            pairs = [(alias.name.split(".")[0], alias.name.split(".")[0]) for alias in statement.names]
-    for module_name, bound in pairs:
-        if module_name not in _IMPORTS:
-            _refuse(statement, f"imports {module_name}; a counted cell may import only torch, torch.nn.functional and math")
-        scope.modules[_name_text(bound, statement)] = _resolve_module(module_name)
+    def function(self, definition: ast.FunctionDef | ast.Lambda) -> None:
+        every = parameters(definition)
+        names = {self.name(a.arg, definition) for a in every}
+        literal_defaults(definition, "a default argument must be a literal (numbers, strings, tuples)")
+        if isinstance(definition, ast.Lambda):
+            with self.scope.frame(names):
+                self.expression(definition.body)
+            return
+        self.name(definition.name, definition)
+        for decorator in definition.decorator_list:
+            if self.scope.kernels:
+                refuse(decorator, f"{definition.name} is decorated: a launcher is a plain function (no torch.compile)")
+            if not _is_compile_call(decorator) and not self._is_compile_reference(decorator):
+                refuse(decorator, f"{definition.name} has a decorator other than torch.compile")
+            if isinstance(decorator, ast.Call):
+                literal_options(decorator, _COMPILE_OPTIONS, "torch.compile")
+        for argument in every:
+            if argument.annotation is not None:
+                self._annotation(argument.annotation)
+        if definition.returns is not None:
+            self._annotation(definition.returns)
+        with self.scope.frame(names | _assigned_names(definition.body)):
+            for statement in definition.body:
+                self.statement(statement)
+
+    def _annotation(self, node: ast.expr) -> None:
+        """``x: torch.Tensor``: a name or a dotted name, never a call (annotations run when the def does)."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, str | type(None)):
+            return
+        if isinstance(node, ast.Name | ast.Attribute) and not any(isinstance(n, ast.Call) for n in ast.walk(node)):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Attribute):
+                    self.attribute_name(inner)
+                elif isinstance(inner, ast.Name):
+                    self.name(inner.id, inner)
+            return
+        refuse(node, "an annotation must be a name such as torch.Tensor")
+
+    def statement_other(self, statement: ast.stmt) -> bool:
+        if isinstance(statement, ast.FunctionDef):
+            if statement.decorator_list:
+                refuse(statement, "a nested function may not have decorators")
+            self.function(statement)
+        elif isinstance(statement, ast.Delete):
+            for target in statement.targets:
+                self.target(target)
+        else:
+            return False
+        return True
+
+    def expression_other(self, node: ast.expr) -> bool:
+        if isinstance(node, ast.Lambda):
+            self.function(node)
+        elif isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
+            self._comprehension(node)
+        elif isinstance(node, ast.NamedExpr):
+            refuse(node, "`:=` is not allowed in a counted function")
+        elif isinstance(node, ast.Await | ast.Yield | ast.YieldFrom):
+            refuse(node, f"{type(node).__name__} is not allowed in a counted function")
+        else:
+            return False
+        return True
+
+    def _comprehension(self, node) -> None:
+        bound = {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+        with self.scope.frame(bound):
+            for generator in node.generators:
+                self.target(generator.target)
+                self.expression(generator.iter)
+                for condition in generator.ifs:
+                    self.expression(condition)
+            for part in ([node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]):
+                self.expression(part)
+
+    def load(self, node: ast.Name) -> None:
+        name, scope = self.name(node.id, node), self.scope
+        if scope.is_local(name) or name in scope.functions or name in scope.constants:
+            return
+        if name in scope.kernels:
+            refuse(node, f"`{name}` is a Triton kernel: launch it as {name}[grid](...), nothing else")
+        if name in scope.modules:
+            refuse(node, f"`{name}` is a module: use its functions (`{name}.something(...)`), not the module itself")
+        if name in _SAFE_BUILTINS:
+            return
+        refuse(node, f"`{name}` is not defined in this cell or the setup cells, or is not allowed here")
+
+    def call(self, node: ast.Call) -> None:
+        function = node.func
+        if _is_compile_call(node):
+            self._compile_call(node)
+            return
+        if self._is_launch(function):
+            self.expression(function.slice)
+        elif isinstance(function, ast.Attribute) and self._root_module(function) is not None:
+            self._check_operator(function)
+        elif isinstance(function, ast.Attribute):
+            if self.attribute_name(function) in _CALLBACK_METHODS:
+                refuse(function, f"`.{function.attr}` takes a callback; it is not allowed in a counted function")
+            if function.attr in _LEAVING_TORCH:
+                refuse(function, f"`.{function.attr}()` takes the values out of torch, where the grader cannot count the work")
+            self.expression(function.value)
+        elif isinstance(function, ast.Name):
+            self.load(function)
+        else:
+            self.expression(function)
+        self.call_arguments(node)
+
+    def _is_launch(self, function: ast.expr) -> bool:
+        """``kernel[grid]`` of a Triton kernel the cell may launch."""
+        return (isinstance(function, ast.Subscript) and isinstance(function.value, ast.Name)
+                and function.value.id in self.scope.kernels and not self.scope.is_local(function.value.id))
+
+    def _root_module(self, node: ast.Attribute):
+        """The module a dotted name starts from (``torch`` in ``torch.nn.functional.gelu``), or None."""
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        if isinstance(node, ast.Name) and node.id in self.scope.modules and not self.scope.is_local(node.id):
+            return self.scope.modules[node.id]
+        return None
+
+    def _resolve(self, node: ast.expr):
+        if isinstance(node, ast.Name):
+            return self.scope.modules[node.id]
+        value = self._resolve(node.value)
+        attribute = self.attribute_name(node)
+        if not hasattr(value, attribute):
+            refuse(node, f"`{ast.unparse(node)}` does not exist")
+        return getattr(value, attribute)
+
+    def _check_operator(self, node: ast.Attribute) -> None:
+        if getattr(self._root_module(node), "__name__", None) == "triton":
+            if not (isinstance(node.value, ast.Name) and node.attr in _TRITON_HOST_HELPERS):
+                refuse(node, f"`{ast.unparse(node)}`: a launcher may call only triton.cdiv and triton.next_power_of_2 of triton")
+            return
+        if not _is_operator(self._resolve(node)):
+            refuse(node, f"`{ast.unparse(node)}` is not one of torch's or math's operators, so it cannot be counted here")
+
+    def attribute(self, node: ast.Attribute) -> None:
+        """``x.shape``, ``torch.float32``, ``math.pi``: attributes of values, or constants of modules."""
+        if self._root_module(node) is None:
+            self.attribute_name(node)
+            self.expression(node.value)
+            return
+        if not isinstance(self._resolve(node), _CONSTANT_TYPES):
+            refuse(node, f"`{ast.unparse(node)}` may only be called (an operator) or read as a constant (a dtype, a number)")
+
+    def _is_compile_reference(self, node: ast.expr) -> bool:
+        return isinstance(node, ast.Attribute) and self._root_module(node) is torch and node.attr == "compile" \
+            and isinstance(node.value, ast.Name)
+
+    def _compile_call(self, node: ast.Call) -> None:
+        if self.scope.kernels:
+            refuse(node, "a launcher may not use torch.compile: its kernels must be yours, launched as kernel[grid](...)")
+        if "torch" not in self.scope.modules or self.scope.modules["torch"] is not torch:
+            refuse(node, "torch.compile needs `import torch` first")
+        if len(node.args) > 1:
+            refuse(node, "torch.compile takes the function and keyword options only")
+        if node.args:
+            function = node.args[0]
+            if isinstance(function, ast.Lambda):
+                self.function(function)
+            elif not (isinstance(function, ast.Name) and function.id in self.scope.functions):
+                refuse(function, "torch.compile may compile a function of this cell or of the setup cells")
+        literal_options(node, _COMPILE_OPTIONS, "torch.compile")
 
 
 def _resolve_module(dotted: str):
@@ -159,37 +309,6 @@ def _resolve_module(dotted: str):
     for part in dotted.split(".")[1:]:
         value = getattr(value, part)
     return value
-
-
-def _function(definition: ast.FunctionDef | ast.Lambda, scope: _Scope) -> None:
-    arguments = definition.args
-    every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg]
-    names = {_name_text(a.arg, definition) for a in every if a is not None}
-    for default in [*arguments.defaults, *(d for d in arguments.kw_defaults if d is not None)]:
-        if not is_immutable_literal(default):
-            _refuse(default, "a default argument must be a literal (numbers, strings, tuples)")
-    if isinstance(definition, ast.Lambda):
-        scope.locals.append(names)
-        _expression(definition.body, scope)
-        scope.locals.pop()
-        return
-    _name_text(definition.name, definition)
-    for decorator in definition.decorator_list:
-        if scope.kernels:
-            _refuse(decorator, f"{definition.name} is decorated: a launcher is a plain function (no torch.compile)")
-        if not _is_compile_call(decorator) and not _is_compile_reference(decorator, scope):
-            _refuse(decorator, f"{definition.name} has a decorator other than torch.compile")
-        if isinstance(decorator, ast.Call):
-            _compile_options(decorator)
-    for argument in every:
-        if argument is not None and argument.annotation is not None:
-            _annotation(argument.annotation, scope)
-    if definition.returns is not None:
-        _annotation(definition.returns, scope)
-    scope.locals.append(names | _assigned_names(definition.body))
-    for statement in definition.body:
-        _statement(statement, scope)
-    scope.locals.pop()
 
 
 def _assigned_names(body: list[ast.stmt]) -> set[str]:
@@ -200,183 +319,6 @@ def _assigned_names(body: list[ast.stmt]) -> set[str]:
         elif isinstance(node, ast.FunctionDef):
             names.add(node.name)
     return names
-
-
-def _annotation(node: ast.expr, scope: _Scope) -> None:
-    """``x: torch.Tensor``: a name or a dotted name, never a call (annotations run when the def does)."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str | type(None)):
-        return
-    if isinstance(node, ast.Name | ast.Attribute) and not any(isinstance(n, ast.Call) for n in ast.walk(node)):
-        for inner in ast.walk(node):
-            if isinstance(inner, ast.Attribute):
-                _attribute_name(inner)
-            elif isinstance(inner, ast.Name):
-                _name_text(inner.id, inner)
-        return
-    _refuse(node, "an annotation must be a name such as torch.Tensor")
-
-
-def _statement(statement: ast.stmt, scope: _Scope) -> None:
-    if isinstance(statement, ast.FunctionDef):
-        if statement.decorator_list:
-            _refuse(statement, "a nested function may not have decorators")
-        _function(statement, scope)
-    elif isinstance(statement, ast.Assign | ast.AugAssign | ast.AnnAssign):
-        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-        for target in targets:
-            _target(target, scope)
-        if statement.value is not None:
-            _expression(statement.value, scope)
-    elif isinstance(statement, ast.Return | ast.Expr):
-        if statement.value is not None:
-            _expression(statement.value, scope)
-    elif isinstance(statement, ast.If | ast.While):
-        _expression(statement.test, scope)
-        for inner in [*statement.body, *statement.orelse]:
-            _statement(inner, scope)
-    elif isinstance(statement, ast.For):
-        _target(statement.target, scope)
-        _expression(statement.iter, scope)
-        for inner in [*statement.body, *statement.orelse]:
-            _statement(inner, scope)
-    elif isinstance(statement, ast.Raise | ast.Assert):
-        for child in ast.iter_child_nodes(statement):
-            _expression(child, scope)
-    elif isinstance(statement, ast.Pass | ast.Break | ast.Continue):
-        return
-    elif isinstance(statement, ast.Delete):
-        for target in statement.targets:
-            _target(target, scope)
-    else:
-        _refuse(statement, f"a {type(statement).__name__} statement is not allowed in a counted function")
-
-
-def _target(target: ast.expr, scope: _Scope) -> None:
-    """Assignments bind locals, or write into a local tensor (``out[i] = ...``): never an attribute or a global."""
-    if isinstance(target, ast.Name):
-        _name_text(target.id, target)
-    elif isinstance(target, ast.Tuple | ast.List):
-        for item in target.elts:
-            _target(item, scope)
-    elif isinstance(target, ast.Starred):
-        _target(target.value, scope)
-    elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and scope.is_local(target.value.id):
-        _expression(target.slice, scope)
-    else:
-        _refuse(target, "only local names (and items of local tensors) may be assigned to")
-
-
-def _expression(node: ast.expr, scope: _Scope) -> None:
-    if isinstance(node, ast.Call):
-        _call(node, scope)
-    elif isinstance(node, ast.Name):
-        _load(node, scope)
-    elif isinstance(node, ast.Attribute):
-        _attribute_value(node, scope)
-    elif isinstance(node, ast.Lambda):
-        _function(node, scope)
-    elif isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
-        _comprehension(node, scope)
-    elif isinstance(node, ast.NamedExpr):
-        _refuse(node, "`:=` is not allowed in a counted function")
-    elif isinstance(node, ast.Await | ast.Yield | ast.YieldFrom):
-        _refuse(node, f"{type(node).__name__} is not allowed in a counted function")
-    else:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.expr):
-                _expression(child, scope)
-            elif isinstance(child, ast.keyword | ast.comprehension | ast.arguments):
-                for inner in ast.iter_child_nodes(child):
-                    if isinstance(inner, ast.expr):
-                        _expression(inner, scope)
-
-
-def _comprehension(node, scope: _Scope) -> None:
-    bound = {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
-    scope.locals.append(bound)
-    for generator in node.generators:
-        _target(generator.target, scope)
-        _expression(generator.iter, scope)
-        for condition in generator.ifs:
-            _expression(condition, scope)
-    for part in ([node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]):
-        _expression(part, scope)
-    scope.locals.pop()
-
-
-def _load(node: ast.Name, scope: _Scope) -> None:
-    name = _name_text(node.id, node)
-    if scope.is_local(name) or name in scope.functions or name in scope.constants:
-        return
-    if name in scope.kernels:
-        _refuse(node, f"`{name}` is a Triton kernel: launch it as {name}[grid](...), nothing else")
-    if name in scope.modules:
-        _refuse(node, f"`{name}` is a module: use its functions (`{name}.something(...)`), not the module itself")
-    if name in _SAFE_BUILTINS:
-        return
-    _refuse(node, f"`{name}` is not defined in this cell or the setup cells, or is not allowed here")
-
-
-def _call(node: ast.Call, scope: _Scope) -> None:
-    function = node.func
-    if _is_compile_call(node):
-        _compile_call(node, scope)
-        return
-    if _is_launch(function, scope):
-        _expression(function.slice, scope)
-    elif isinstance(function, ast.Attribute) and _root_module(function, scope) is not None:
-        _check_operator(function, scope)
-    elif isinstance(function, ast.Attribute):
-        if _attribute_name(function) in _CALLBACK_METHODS:
-            _refuse(function, f"`.{function.attr}` takes a callback; it is not allowed in a counted function")
-        if function.attr in _LEAVING_TORCH:
-            _refuse(function, f"`.{function.attr}()` takes the values out of torch, where the grader cannot count the work")
-        _expression(function.value, scope)
-    elif isinstance(function, ast.Name):
-        _load(function, scope)
-    else:
-        _expression(function, scope)
-    for argument in node.args:
-        _expression(argument.value if isinstance(argument, ast.Starred) else argument, scope)
-    for keyword in node.keywords:
-        if keyword.arg is None:
-            _refuse(keyword, "`**kwargs` in a call is not allowed in a counted function")
-        _expression(keyword.value, scope)
-
-
-def _is_launch(function: ast.expr, scope: _Scope) -> bool:
-    """``kernel[grid]`` of a Triton kernel the cell may launch."""
-    return (isinstance(function, ast.Subscript) and isinstance(function.value, ast.Name)
-            and function.value.id in scope.kernels and not scope.is_local(function.value.id))
-
-
-def _root_module(node: ast.Attribute, scope: _Scope):
-    """The module a dotted name starts from (``torch`` in ``torch.nn.functional.gelu``), or None."""
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    if isinstance(node, ast.Name) and node.id in scope.modules and not scope.is_local(node.id):
-        return scope.modules[node.id]
-    return None
-
-
-def _resolve(node: ast.expr, scope: _Scope):
-    if isinstance(node, ast.Name):
-        return scope.modules[node.id]
-    value = _resolve(node.value, scope)
-    attribute = _attribute_name(node)
-    if not hasattr(value, attribute):
-        _refuse(node, f"`{ast.unparse(node)}` does not exist")
-    return getattr(value, attribute)
-
-
-def _check_operator(node: ast.Attribute, scope: _Scope) -> None:
-    if getattr(_root_module(node, scope), "__name__", None) == "triton":
-        if not (isinstance(node.value, ast.Name) and node.attr in _TRITON_HOST_HELPERS):
-            _refuse(node, f"`{ast.unparse(node)}`: a launcher may call only triton.cdiv and triton.next_power_of_2 of triton")
-        return
-    target = _resolve(node, scope)
-    if not _is_operator(target):
-        _refuse(node, f"`{ast.unparse(node)}` is not one of torch's or math's operators, so it cannot be counted here")
 
 
 def _is_operator(target) -> bool:
@@ -395,70 +337,6 @@ def _is_operator(target) -> bool:
     return False
 
 
-def _attribute_value(node: ast.Attribute, scope: _Scope) -> None:
-    """``x.shape``, ``torch.float32``, ``math.pi``: attributes of values, or constants of modules."""
-    if _root_module(node, scope) is None:
-        _attribute_name(node)
-        _expression(node.value, scope)
-        return
-    target = _resolve(node, scope)
-    if not isinstance(target, _CONSTANT_TYPES):
-        _refuse(node, f"`{ast.unparse(node)}` may only be called (an operator) or read as a constant (a dtype, a number)")
-
-
-def _is_compile_reference(node: ast.expr, scope: _Scope) -> bool:
-    return isinstance(node, ast.Attribute) and _root_module(node, scope) is torch and node.attr == "compile" \
-        and isinstance(node.value, ast.Name)
-
-
 def _is_compile_call(node: ast.expr) -> bool:
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "compile"
             and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch")
-
-
-def _compile_call(node: ast.Call, scope: _Scope) -> None:
-    if scope.kernels:
-        _refuse(node, "a launcher may not use torch.compile: its kernels must be yours, launched as kernel[grid](...)")
-    if "torch" not in scope.modules or scope.modules["torch"] is not torch:
-        _refuse(node, "torch.compile needs `import torch` first")
-    if len(node.args) > 1:
-        _refuse(node, "torch.compile takes the function and keyword options only")
-    if node.args:
-        function = node.args[0]
-        if isinstance(function, ast.Lambda):
-            _function(function, scope)
-        elif not (isinstance(function, ast.Name) and function.id in scope.functions):
-            _refuse(function, "torch.compile may compile a function of this cell or of the setup cells")
-    _compile_options(node)
-
-
-def _compile_options(node: ast.Call) -> None:
-    for keyword in node.keywords:
-        kind = _COMPILE_OPTIONS.get(keyword.arg or "")
-        if kind is None or not isinstance(keyword.value, ast.Constant) or not isinstance(keyword.value.value, kind):
-            allowed = ", ".join(_COMPILE_OPTIONS)
-            _refuse(keyword, f"torch.compile may take only literal {allowed} here (got `{ast.unparse(keyword)}`)")
-
-
-def is_immutable_literal(node: ast.expr) -> bool:
-    if isinstance(node, ast.Constant):
-        return True
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-        return is_immutable_literal(node.operand)
-    if isinstance(node, ast.BinOp):  # 1 / math.sqrt(2) is not a literal; 2 ** 0.5 is
-        return is_immutable_literal(node.left) and is_immutable_literal(node.right)
-    if isinstance(node, ast.Tuple):
-        return all(is_immutable_literal(item) for item in node.elts)
-    return False
-
-
-def _name_text(name: str, node: ast.AST) -> str:
-    if name.startswith("__"):
-        _refuse(node, f"the name `{name}` is not allowed in a counted cell")
-    return name
-
-
-def _attribute_name(node: ast.Attribute) -> str:
-    if node.attr.startswith("_"):
-        _refuse(node, f"`.{node.attr}`: private and special attributes are not allowed in a counted cell")
-    return node.attr
