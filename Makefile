@@ -4,13 +4,14 @@
 #   make test   run every test (what CI runs)
 #   make test-fast  the quick tier: no notebook runs, grading, kernels or browsers
 #   make build  regenerate the notebooks and assignments/ from their .py sources
+#   make bench-grading  time the grader per module (MODULES="01 06" COPIES=3): table in bench-grading.md
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install lab lab-instructor test test-fast build lock clean
+.PHONY: install lab lab-instructor test test-fast build bench-grading lock clean
 
 install: $(INSTALLED)
 
@@ -41,6 +42,13 @@ test-fast: $(INSTALLED)
 
 build: $(INSTALLED)
 	$(BIN)/python -m autograder.build
+
+# `autograder grade` on COPIES copies of each module's reference solution and of its release, with --jobs 1
+# and 2 (scripts/bench_grading.py); MODULES empty: every module.
+MODULES ?=
+COPIES ?= 3
+bench-grading: $(INSTALLED)
+	$(BIN)/python scripts/bench_grading.py --copies $(COPIES) $(if $(strip $(MODULES)),--modules $(MODULES))
 
 # Re-pin constraints.txt to what is installed now (drop torch's local "+cpu" tag so the pin
 # also matches CUDA builds).

@@ -14,7 +14,9 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import multiprocessing
+import os
 import shutil
+import sys
 import tempfile
 import time
 import zipfile
@@ -24,9 +26,10 @@ from typing import Callable
 
 import nbformat
 
-from . import build, harness, sandbox, skeleton
+from . import build, harness, phases, sandbox, skeleton
 from .nbgrader_cli import open_gradebook, run_nbgrader
 from .outcomes import Outcome
+from .progress import TICK, ProgressBar
 
 
 @dataclass
@@ -50,6 +53,10 @@ class StudentReport:
     notes: list[str] = field(default_factory=list)
     grader_error: str = ""  # the grader failed, not the student (WORKER_FAILED, POOL_FAILED): nothing is recorded
     log: str = ""  # the worker's output, for a grader error
+    seconds: float = 0.0  # wall time grading this student took in its grading process (0: not measured)
+    started: float = 0.0  # when that began (time.time())
+    phases: dict[str, float] = field(default_factory=dict)  # those seconds by phase (autograder.phases)
+    unmeasured: list[str] = field(default_factory=list)  # phases not told apart (their time is in the enclosing one)
 
     @property
     def items(self) -> dict[str, harness.ItemResult]:
@@ -167,6 +174,7 @@ def grade_assignment(
         found, tasks = prepare_tasks(assignment, submissions, course_root, scratch, limits=limits, students=students, only=only,
                                      allow_reduced_isolation=allow_reduced_isolation)
         reports = _run_pool({submission.student: task for submission, task in zip(found, tasks)}, jobs, progress)
+        _keep_timings(assignment, jobs, reports)
         finish(assignment, course_root, found, reports, only=only, gradebook=gradebook)
     return reports
 
@@ -196,6 +204,21 @@ def prepare_tasks(assignment: str, submissions: Path, course_root: Path, scratch
     return found, tasks
 
 
+TIMINGS_ENV = "GPUCOURSE_GRADING_TIMINGS"  # a file: each student's seconds by phase are appended there (scripts/bench_grading.py)
+
+
+def _keep_timings(assignment: str, jobs: int, reports: dict[str, StudentReport]) -> None:
+    """With $GPUCOURSE_GRADING_TIMINGS set, append one JSON line per student: seconds, by phase (:mod:`autograder.phases`)."""
+    path = os.environ.get(TIMINGS_ENV)
+    if not path:
+        return
+    with open(path, "a") as timings:
+        for report in reports.values():
+            record = {"assignment": assignment, "jobs": jobs, "student": report.student, "started": report.started, "seconds": report.seconds,
+                      "phases": report.phases, "unmeasured": report.unmeasured, "grader_error": report.grader_error}
+            timings.write(json.dumps(record) + "\n")
+
+
 def finish(assignment: str, course_root: Path, found: list[Submission], reports: dict[str, StudentReport], *,
            only: set[str] | None = None, gradebook: bool = True) -> None:
     """After every task: complete ``--only`` regrades from the earlier grading, then record in the gradebook
@@ -211,7 +234,8 @@ def finish(assignment: str, course_root: Path, found: list[Submission], reports:
 
 
 def _run_pool(tasks: dict, jobs: int, progress) -> dict[str, StudentReport]:
-    """Grade every task in a pool of ``jobs`` processes.
+    """Grade every task in a pool of ``jobs`` processes; with ``progress``, a line per student through it
+    and the run's :class:`autograder.progress.ProgressBar` on stderr.
 
     A pool process that dies is the grader's failure: its students are graded once more in
     a fresh pool, then reported as grader errors. If the very first submission could not
@@ -219,38 +243,54 @@ def _run_pool(tasks: dict, jobs: int, progress) -> dict[str, StudentReport]:
     """
     reports: dict[str, StudentReport] = {}
     started, counter = time.monotonic(), iter(range(1, len(tasks) + 1))
+    bar = ProgressBar(len(tasks), jobs) if progress else None
 
     def report_progress(report: StudentReport) -> None:
         if progress:
+            bar.student_done(report.seconds)
+            bar.clear()
             progress(f"[{next(counter)}/{len(tasks)}] {report.student}: {_summary(report)} ({time.monotonic() - started:.0f} s)")
+            sys.stdout.flush()  # the line before the bar that follows it on the terminal
+            bar.draw()
 
-    lost = _pool_round(tasks, jobs, reports, report_progress)
-    if lost:
-        _pool_round({student: tasks[student] for student in lost}, 1, reports, report_progress, lost)
+    tick = bar.draw if bar else lambda: None
+    tick()  # at once: starting the pool takes seconds
+    try:
+        lost = _pool_round(tasks, jobs, reports, report_progress, tick)
+        if lost:
+            _pool_round({student: tasks[student] for student in lost}, 1, reports, report_progress, tick, lost)
+    finally:
+        if bar:
+            bar.close()
     return dict(sorted(reports.items()))
 
 
-def _pool_round(tasks: dict, jobs: int, reports: dict, report_progress, earlier_failures: dict | None = None) -> dict[str, str]:
-    """One pool over ``tasks``; returns {student: error} for those whose pool process failed."""
+def _pool_round(tasks: dict, jobs: int, reports: dict, report_progress, tick, earlier_failures: dict | None = None) -> dict[str, str]:
+    """One pool over ``tasks``; returns {student: error} for those whose pool process failed. ``tick()`` is
+    called at least every :data:`autograder.progress.TICK` seconds (the progress bar's clock)."""
     lost: dict[str, str] = {}
     context = _pool_context()
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(jobs, 1), mp_context=context) as pool:
         futures = {pool.submit(grade_submission, *task): student for student, task in tasks.items()}
-        for future in concurrent.futures.as_completed(futures):
-            student = futures[future]
-            try:
-                report = future.result()
-            except Exception as error:  # noqa: BLE001 - a grader failure must not cost the students
-                lost[student] = f"{type(error).__name__}: {error}"
-                if earlier_failures is None:
-                    continue  # graded again in a fresh pool
-                report = StudentReport(student, None, error=f"grader error: the grading process failed twice ({lost[student]})",
-                                       grader_error=POOL_FAILED)
-            reports[student] = report
-            report_progress(report)
-            if report.grader_error == WORKER_FAILED and len(reports) == 1:  # the very first one: every other would fail alike
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise GradingStopped(f"{report.error}\n{report.log}".strip())
+        pending = set(futures)
+        while pending:
+            finished, pending = concurrent.futures.wait(pending, timeout=TICK, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in finished:
+                student = futures[future]
+                try:
+                    report = future.result()
+                except Exception as error:  # noqa: BLE001 - a grader failure must not cost the students
+                    lost[student] = f"{type(error).__name__}: {error}"
+                    if earlier_failures is None:
+                        continue  # graded again in a fresh pool
+                    report = StudentReport(student, None, error=f"grader error: the grading process failed twice ({lost[student]})",
+                                           grader_error=POOL_FAILED)
+                reports[student] = report
+                report_progress(report)
+                if report.grader_error == WORKER_FAILED and len(reports) == 1:  # the very first one: every other would fail alike
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    raise GradingStopped(f"{report.error}\n{report.log}".strip())
+            tick()
     return lost
 
 
@@ -275,7 +315,17 @@ def _summary(report: StudentReport) -> str:
 
 def grade_submission(submission: Submission, source_path: str, workdir: str, limits: sandbox.Limits, private: list[str],
                      only: set[str] | None = None) -> StudentReport:
-    """Grade one student (runs in a pool process)."""
+    """Grade one student (runs in a pool process), timing it by phase (:mod:`autograder.phases`)."""
+    started = time.time()
+    with phases.recording() as ledger:
+        report = _grade_submission(submission, source_path, workdir, limits, private, only)
+    report.phases, report.unmeasured, report.started = ledger.totals(), ledger.unmeasured, started
+    report.seconds = sum(report.phases.values())
+    return report
+
+
+def _grade_submission(submission: Submission, source_path: str, workdir: str, limits: sandbox.Limits, private: list[str],
+                      only: set[str] | None = None) -> StudentReport:
     if submission.error:
         return StudentReport(submission.student, None, error=submission.error, notes=submission.notes)
     try:
