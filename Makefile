@@ -22,7 +22,7 @@ $(INSTALLED): pyproject.toml constraints.txt
 	$(BIN)/python scripts/install_env.py --constraints constraints.txt ".[dev]"
 	@touch $(INSTALLED)
 
-# The commands live in autograder/lab.py: tests/test_browser.py starts the same ones, headless.
+# The commands live in autograder/lab.py: tests/course/test_browser.py starts the same ones, headless.
 lab: $(INSTALLED)
 	$(BIN)/python -m autograder.lab
 

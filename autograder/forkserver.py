@@ -367,7 +367,7 @@ def _rehome_imported_paths() -> None:
 
     Inductor fixes its precompiled headers' folder (TMPDIR/torchinductor_<user>) when its codecache is
     imported; everything else it reads from the environment when it compiles (checked by
-    tests/test_forkserver.py and tests/test_compile_seed.py: a warm worker compiles in its own folder)."""
+    tests/autograder/test_forkserver.py and tests/autograder/test_compile_seed.py: a warm worker compiles in its own folder)."""
     codecache = sys.modules.get("torch._inductor.codecache")
     if codecache is not None:
         from torch._inductor.runtime.cache_dir_utils import default_cache_dir

@@ -3,7 +3,7 @@
 ``make lab`` runs ``python -m autograder.lab``: JupyterLab for students, without nbgrader's
 instructor UI (the Nbgrader menu and its Formgrader, the "Create Assignment" sidebar, the
 Validate button). ``make lab-instructor`` runs ``python -m autograder.lab --instructor``:
-JupyterLab as installed, nbgrader's extensions and all. ``tests/test_browser.py`` starts the
+JupyterLab as installed, nbgrader's extensions and all. ``tests/course/test_browser.py`` starts the
 student command, headless (it only adds ``--no-browser``, a port and a token). Other arguments
 are passed on to ``jupyter lab``: ``python -m autograder.lab --no-browser --ServerApp.port=8899``.
 

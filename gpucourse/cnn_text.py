@@ -5,7 +5,7 @@ grows, where a training step's time goes, whether a change made training faster,
 gradient checkpointing saves. Those outcomes differ from machine to machine and from run to run, so none of
 those sentences is written by hand: each function here takes the numbers of one run (or of ``gpu_specs``) and
 returns the sentence they support. Each is unit-tested with numbers that give each of its outcomes
-(tests/test_cnn_text.py). How times and bytes read and the tie rule come from :mod:`gpucourse.wording`.
+(tests/gpucourse/test_cnn_text.py). How times and bytes read and the tie rule come from :mod:`gpucourse.wording`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Lecture 06 states outcomes: which bar of a trace is long, whether a change made 
 is overhead, where Inductor put a GELU, how a training step's time splits. Those outcomes differ from machine
 to machine and from run to run (a busy 2-core CPU turned "einsum beats the loop" into 0.91×), so none of
 those sentences is written by hand: each function here takes the numbers of one run and returns the
-sentence they support. Each is unit-tested with numbers that give each of its outcomes (tests/test_profile_text.py).
+sentence they support. Each is unit-tested with numbers that give each of its outcomes (tests/gpucourse/test_profile_text.py).
 How times and bytes read, the tie rule and the words for an undecided run come from :mod:`gpucourse.wording`.
 """
 

@@ -7,7 +7,7 @@ aten/src/ATen/native/cudnn/RNN.cpp, for the cards of :mod:`gpucourse.gpu_specs`:
 never a measurement. The sentences state measured outcomes (which version ran faster, what a backward pass
 cost), which differ from machine to machine and from run to run, so none is written by hand in the lecture:
 each function takes the numbers and returns the sentence they support, and is unit-tested with numbers
-that give each of its outcomes (tests/test_facts.py). How times and bytes read, the tie rule and the words for an
+that give each of its outcomes (tests/course/test_facts.py). How times and bytes read, the tie rule and the words for an
 undecided run come from :mod:`gpucourse.wording`.
 """
 

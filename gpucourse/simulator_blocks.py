@@ -13,7 +13,7 @@ thread and block in its message, is raised from the launch.
 
 :func:`install` patches ``numba.cuda.simulator.kernel`` in place, once per process; it is
 called wherever this package chooses or instruments the simulator. numba-cuda is pinned in
-``constraints.txt``; ``tests/test_simulator_blocks.py`` holds the semantics above.
+``constraints.txt``; ``tests/gpucourse/test_simulator_blocks.py`` holds the semantics above.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each builder takes the reference solution notebook (an ``nbformat`` node, never modified)
 and returns a modified copy, or raw bytes for a file that is not a notebook at all. The
-expected verdicts live in ``tests/test_adversarial.py``; this module only builds files.
+expected verdicts live in ``tests/adversarial/test_adversarial.py``; this module only builds files.
 
 Nothing here runs student code: the sources below are strings, executed only inside the
 grader's sandboxed worker.

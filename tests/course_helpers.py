@@ -275,8 +275,8 @@ def executed_seconds(notebook: nbformat.NotebookNode) -> float:
 
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's: the browser test never uses `playwright install`'s
 # Lecture 02 (whose occupancy calculator the browser test plays with) and lectures from 05 on are run once per
-# test run, in JupyterLab by tests/test_browser.py (Run All, as a student does: its screenshots of their figures,
-# widgets and training monitors come from that run), wherever the browser test runs; tests/test_notebooks.py runs
+# test run, in JupyterLab by tests/course/test_browser.py (Run All, as a student does: its screenshots of their figures,
+# widgets and training monitors come from that run), wherever the browser test runs; tests/course/test_notebooks.py runs
 # them (nbclient) only where it does not. 01, 03 and 04 always run in nbclient.
 FIRST_BROWSER_LECTURE = 5
 CALCULATOR_LECTURE = "02_architecture"
@@ -284,7 +284,7 @@ BROWSER_LECTURES = [path for path in LECTURES if path.stem == CALCULATOR_LECTURE
 
 
 def browser_missing() -> list[str]:
-    """What tests/test_browser.py needs and this machine lacks (empty: it can run)."""
+    """What tests/course/test_browser.py needs and this machine lacks (empty: it can run)."""
     missing = []
     try:
         from playwright import sync_api  # noqa: F401
@@ -296,13 +296,13 @@ def browser_missing() -> list[str]:
 
 
 def browser_test_runs() -> bool:
-    """Whether tests/test_browser.py runs here: where nothing it needs is missing, and always under CI=true
+    """Whether tests/course/test_browser.py runs here: where nothing it needs is missing, and always under CI=true
     (where it fails, never skips, if something is missing)."""
     return os.environ.get("CI") == "true" or not browser_missing()
 
 
 def runs_in_browser(module: str) -> bool:
-    """Whether lecture ``module`` is executed (and checked) by tests/test_browser.py in this test run."""
+    """Whether lecture ``module`` is executed (and checked) by tests/course/test_browser.py in this test run."""
     return module in {path.stem for path in BROWSER_LECTURES} and browser_test_runs()
 
 
@@ -324,8 +324,8 @@ def figure_widths(notebook: nbformat.NotebookNode):
 
 
 def assert_lecture_acceptable(path: Path, notebook: nbformat.NotebookNode, seconds: float, meter: LoadMeter) -> None:
-    """The one definition of an acceptable executed lecture, whoever ran it (nbclient in tests/test_notebooks.py,
-    JupyterLab in tests/test_browser.py): kept for a GPU report where asked, within its budget (``seconds`` of wall
+    """The one definition of an acceptable executed lecture, whoever ran it (nbclient in tests/course/test_notebooks.py,
+    JupyterLab in tests/course/test_browser.py): kept for a GPU report where asked, within its budget (``seconds`` of wall
     time under ``meter``), no error, no C++ library's log lines, no figure wider than JupyterLab shows unscaled."""
     path = Path(path)
     keep_executed(notebook, path.name, f"course/{path.name}", seconds)
@@ -432,3 +432,16 @@ def notebook_client(notebook: nbformat.NotebookNode, **options):
             return client
 
     return SteadyNotebookClient(notebook, **options)
+
+
+def run_cells(*cells) -> dict:
+    """The namespace ``cells`` make, run as the student's worker runs them: each under a file name of its own, known to linecache."""
+    import linecache
+    import uuid
+
+    namespace = {"__name__": "cells"}
+    for cell in cells:
+        filename = f"<test cell {uuid.uuid4().hex}>"
+        linecache.cache[filename] = (len(cell), None, cell.splitlines(True), filename)
+        exec(compile(cell, filename, "exec"), namespace)  # noqa: S102 - the test's own cells
+    return namespace

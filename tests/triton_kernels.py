@@ -1,4 +1,4 @@
-"""Triton kernels for the tests of the source extraction and the gate (tests/test_kernel_gate.py).
+"""Triton kernels for the tests of the source extraction and the gate (tests/gpucourse/gates/test_kernel_gate.py).
 
 Defined in a file (as in a notebook cell) so that their source can be read; triton compiles nothing at import.
 """

@@ -1,5 +1,5 @@
 """What a student sees running an untouched release, read from an executed copy of it (nbgrader's, in
-tests/test_grading.py), and what is wrong with it: each test cell fails with its stub's one-line message,
+tests/autograder/test_grading.py), and what is wrong with it: each test cell fails with its stub's one-line message,
 which names what to write and its question, and no traceback shows a frame of the course's own packages.
 """
 

@@ -143,7 +143,7 @@ def _is_cuda_jit(decorator: ast.expr, bound: dict[str, str]) -> bool:
 # (its own values) and the notebook's cells (the text of every function).
 
 # Names that only numba's simulator defines, on numba.cuda or on the stand-in for it that a simulated kernel
-# sees (the difference of their attributes; tests/test_kernel_gate.py keeps this list in step with the
+# sees (the difference of their attributes; tests/gpucourse/gates/test_kernel_gate.py keeps this list in step with the
 # installed numba), and ``simulator``, the simulator's own package, which numba.cuda holds on a GPU too.
 SIMULATOR_ONLY = frozenset({"Event", "FakeCUDAKernel", "auto_device", "contextmanager", "is_signature", "kernel", "kernelapi",
                             "reset", "simulator", "simulator_init"})

@@ -1,5 +1,5 @@
 """Tests of gpucourse.wording: the words for numbers that every lecture's sentence functions share.
-(binary_bytes is tested where lectures first met it, tests/test_plots.py, through plots' re-export.)"""
+(binary_bytes is tested where lectures first met it, tests/gpucourse/test_plots.py, through plots' re-export.)"""
 
 import pytest
 

@@ -593,7 +593,7 @@ def assert_stopped_as_a_fork_bomb(report):
     """The bomb's cell was skipped: stopped when seen holding session.FORK_BOMB_PROCESSES processes (ProcessWatch),
     or at its time limit, as before the watch. The watch is a saving, the time limit the guarantee: the watch's
     first version, waiting for most of the process limit, never fired beside a second CI run (docs/ci-profile.md);
-    tests/test_harness.py holds the watch itself to exact notes."""
+    tests/autograder/test_harness.py holds the watch itself to exact notes."""
     watched = "as a fork bomb does, and was stopped; it was skipped"
     assert any(watched in note or note.endswith("ran past its time limit; it was skipped") for note in report.notes), report.notes
 

@@ -1,3 +1,5 @@
+"""gpucourse.check: the comparisons and speed assertions a test cell calls, and what a student is shown when one fails."""
+
 import math
 import sys
 

@@ -1,5 +1,6 @@
-"""Project wiring: CI runs the README's command, pins agree, JupyterLab serves the course."""
+"""Project wiring: CI runs the README's command, pins agree, the tests mirror the packages, JupyterLab serves the course."""
 
+import ast
 import json
 import re
 import shlex
@@ -19,6 +20,25 @@ def test_ci_runs_the_readme_test_command():
     readme = (REPO_ROOT / "README.md").read_text()
     assert "make test" in readme and "make lab" in readme
     assert re.search(r"^make test$", (REPO_ROOT / ".ci" / "run").read_text(), re.MULTILINE)
+
+
+# Where each test file lives (docs/authoring.md, section 7): a folder per package, one per course module, the
+# attacks on the grader, the course as a whole, and the project's wiring.
+TEST_FOLDERS = {"gpucourse", "gpucourse/gates", "autograder", "adversarial", "course", "project"}
+
+
+def test_every_test_file_lives_where_the_packages_say_and_opens_with_what_it_tests():
+    tests = REPO_ROOT / "tests"
+    found = sorted(tests.rglob("test_*.py"))
+    assert len(found) > 50, "the suite was not found"
+    for path in found:
+        folder = path.parent.relative_to(tests).as_posix()
+        is_module = folder.startswith("modules/") and (REPO_ROOT / "course" / f"{path.parent.name}.py").exists()
+        assert folder in TEST_FOLDERS or is_module, f"{path.relative_to(REPO_ROOT)}: not in a folder mirroring the packages or a module"
+        assert ast.get_docstring(ast.parse(path.read_text())), f"{path.relative_to(REPO_ROOT)} does not open with what it tests"
+    names = [path.name for path in found]
+    # pytest imports test files by their base name (rootdir-relative "prepend" mode, no __init__.py): two alike would clash
+    assert len(names) == len(set(names)), sorted({name for name in names if names.count(name) > 1})
 
 
 def test_torch_is_pinned_exactly_and_ranged_in_pyproject():
@@ -172,7 +192,7 @@ def test_readme_formgrader_route_is_installed():
     """The README sends instructors to `make lab-instructor`, then JupyterLab's Nbgrader → Formgrader:
     that target starts JupyterLab in instructor mode, which switches nothing of nbgrader off, and
     nbgrader's formgrader server extension and its JupyterLab extension (which adds the menu) are
-    installed and enabled. (`make lab`, for students, switches them off: tests/test_lab.py.)"""
+    installed and enabled. (`make lab`, for students, switches them off: tests/autograder/test_lab.py.)"""
     from autograder.lab import lab_command, lab_environment
 
     section = _instructor_section()

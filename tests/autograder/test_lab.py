@@ -1,5 +1,5 @@
 """`make lab` (students) and `make lab-instructor`: what each launch leaves out, read the way Jupyter
-reads it. tests/test_browser.py shows the result in a real JupyterLab."""
+reads it. tests/course/test_browser.py shows the result in a real JupyterLab."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from autograder import session, standins
-from test_kernel_gate import run_cells
+from course_helpers import run_cells
 
 
 class Compiled:

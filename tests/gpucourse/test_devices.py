@@ -1,3 +1,5 @@
+"""gpucourse.devices: which device a cell runs on, its class, and whether torch.compile can build here (and why not)."""
+
 import types
 
 import pytest

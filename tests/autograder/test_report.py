@@ -1,3 +1,5 @@
+"""autograder.report: the speedups a graded notebook printed, gathered into one report."""
+
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 

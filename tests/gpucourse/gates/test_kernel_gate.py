@@ -3,6 +3,7 @@ before NVIDIA's compiler is run on it: what the course's extraction emits passes
 
 import pytest
 
+from course_helpers import run_cells
 from gpucourse.gates.kernel_gate import UncheckableSource, check_definitions_only
 
 
@@ -131,19 +132,6 @@ def test_a_forged_triton_source_is_refused(case):
 
 # ---------------------------------------------------------------------------------------------
 # What a kernel's source must not depend on, and where it must come from (issue 47)
-
-
-def run_cells(*cells) -> dict:
-    """The namespace ``cells`` make, run as the student's worker runs them: each under a file name of its own, known to linecache."""
-    import linecache
-    import uuid
-
-    namespace = {"__name__": "cells"}
-    for cell in cells:
-        filename = f"<test cell {uuid.uuid4().hex}>"
-        linecache.cache[filename] = (len(cell), None, cell.splitlines(True), filename)
-        exec(compile(cell, filename, "exec"), namespace)  # noqa: S102 - the test's own cells
-    return namespace
 
 
 def worker_source(name, *cells):

@@ -1,3 +1,5 @@
+"""gpucourse.timing: fixed threads, measured durations, and compare_speed's ratios, fresh inputs and checked outputs."""
+
 import time
 
 import pytest

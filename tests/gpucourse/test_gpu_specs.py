@@ -1,3 +1,5 @@
+"""gpucourse.gpu_specs: the GPU table's figures against NVIDIA's programming guide and datasheets, and its lookups."""
+
 import pytest
 
 from gpucourse import gpu_specs

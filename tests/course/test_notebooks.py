@@ -1,6 +1,6 @@
 """Every lecture runs top to bottom on this machine, within its budget (course_helpers.assert_lecture_acceptable).
 
-Lecture 02 and lectures from 05 on (course_helpers.BROWSER_LECTURES) are run here only where tests/test_browser.py
+Lecture 02 and lectures from 05 on (course_helpers.BROWSER_LECTURES) are run here only where tests/course/test_browser.py
 does not run: where it does, it runs them in JupyterLab, as a student does, and applies the same checks to that run
 (one run of each lecture per test run).
 
@@ -47,7 +47,7 @@ class Lecture:
 
     def test_lecture_runs_top_to_bottom(self, tmp_path):
         if runs_in_browser(self.module):
-            pytest.skip(f"run once, in JupyterLab, by tests/test_browser.py::TestLecture_{self.module} (the same checks)")
+            pytest.skip(f"run once, in JupyterLab, by tests/course/test_browser.py::TestLecture_{self.module} (the same checks)")
         path = REPO_ROOT / "course" / f"{self.module}.ipynb"
         notebook, seconds, meter = execute(path, tmp_path)
         assert_lecture_acceptable(path, notebook, seconds, meter)
@@ -57,7 +57,7 @@ one_class_per_module(Lecture, [path.stem for path in LECTURES], globals())
 
 
 def test_lectures_02_and_from_05_are_left_to_the_browser_test_exactly_where_it_runs(monkeypatch):
-    """The skip above asks tests/test_browser.py's own question (it skips without Chromium or playwright, and fails
+    """The skip above asks tests/course/test_browser.py's own question (it skips without Chromium or playwright, and fails
     under CI=true): no lecture may go unrun, and none run twice."""
     import course_helpers
 

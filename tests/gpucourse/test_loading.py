@@ -1,6 +1,6 @@
 """gpucourse.loading: the latency-bound loader that measures a prefetching generator, run in this process.
 
-(Across the grading boundary, the same runs are driven by autograder.loading: tests/test_kernel_grading.py
+(Across the grading boundary, the same runs are driven by autograder.loading: tests/adversarial/test_kernel_grading.py
 grades prefetch answers that way.)"""
 
 import threading

@@ -14,7 +14,7 @@ renders an error output exactly like stderr (`.jp-OutputArea-output[data-mime-ty
 "application/vnd.jupyter.stderr"]` for both), so the DOM alone cannot tell a warning from a
 traceback; the DOM is checked against those messages.
 
-Lecture 02 and lectures from 05 on (course_helpers.BROWSER_LECTURES) run here instead of in tests/test_notebooks.py,
+Lecture 02 and lectures from 05 on (course_helpers.BROWSER_LECTURES) run here instead of in tests/course/test_notebooks.py,
 once per test run (02's run is the occupancy calculator's test): their executed notebook is rebuilt from the kernel's
 messages (as nbclient records outputs) and must pass course_helpers.assert_lecture_acceptable, with the Run All's wall
 time for its budget. Each figure and widget they show is saved as a screenshot, and each training monitor (an output
@@ -86,7 +86,7 @@ def _artifacts_dir() -> Path:
 
 
 def _playwright():
-    """playwright.sync_api, or a skip (a failure under CI=true) saying what to install. tests/test_notebooks.py
+    """playwright.sync_api, or a skip (a failure under CI=true) saying what to install. tests/course/test_notebooks.py
     asks the same question (course_helpers.browser_test_runs) to leave the lectures run here to this test."""
     missing = browser_missing()
     if missing:
@@ -572,7 +572,7 @@ class LectureShots:
         from filelock import FileLock
 
         index = _artifacts_dir() / "index.md"
-        header = ["# Screenshots of the lectures' figures, widgets and training monitors (tests/test_browser.py)", "",
+        header = ["# Screenshots of the lectures' figures, widgets and training monitors (tests/course/test_browser.py)", "",
                   "| file | cell | shows | the cell's first line |", "| --- | --- | --- | --- |"]
         with FileLock(str(index) + ".lock"):
             rows = [line for line in (index.read_text().splitlines() if index.exists() else [])
@@ -623,7 +623,7 @@ def _shut_down_kernel(lab: Lab, path: str) -> None:
 
 def _run_lecture(browser, lab: Lab, path: str, capsys, then=None) -> None:
     """Open the lecture at ``path``, Run All, and check what ran (the kernel's messages, rebuilt into the executed
-    notebook) as tests/test_notebooks.py would have: course_helpers.assert_lecture_acceptable. ``then(page, traffic)``,
+    notebook) as tests/course/test_notebooks.py would have: course_helpers.assert_lecture_acceptable. ``then(page, traffic)``,
     if given, plays with the ran lecture before its page closes (lecture 02's occupancy calculator)."""
     lecture = Path(path).stem
     if compile_seed.uses_compile(cell.source for cell in nbformat.read(REPO_ROOT / path, as_version=4).cells):
