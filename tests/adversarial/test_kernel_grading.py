@@ -847,6 +847,11 @@ VARIANTS_07 = {
     # Not compiled: the loops in Python.
     "python_loops": ("matmul_reordered", lambda given: given.replace("@njit\ndef matmul_reordered", "def matmul_reordered"),
                      ("test_matmul_reordered_correct", "test_matmul_reordered_speed"), "must be compiled with @njit"),
+    # Python smuggled into the runner: an annotation runs when the def does, outside the compiled loops (found
+    # with issue 50; the njit gate refuses every annotation).
+    "annotation_runs_python": ("matmul_reordered", lambda given: given.replace(
+        "def matmul_reordered(a, b):", 'def matmul_reordered(a: __import__("os").getpid(), b):'),
+        ("test_matmul_reordered_correct", "test_matmul_reordered_speed"), "has annotations"),
     # Honest (issue 46): fastmath lets the compiler reassociate the sums; the values are within tolerance and it keeps both points.
     "fastmath_loops": ("matmul_reordered", lambda given: given.replace("@njit\ndef matmul_reordered", "@njit(fastmath=True)\ndef matmul_reordered"),
                        ("test_matmul_reordered_correct", "test_matmul_reordered_speed"), None),
