@@ -192,6 +192,7 @@ def summarize(runs: list[dict]) -> dict:
             "per_student": spread([s["seconds"] for s in students]),
             "reference": spread([s["seconds"] for s in students if s["kind"] == "reference"]),
             "release": spread([s["seconds"] for s in students if s["kind"] == "release"]),
+            "reference_wall": reference_wall(students, run["jobs"]),
             "wall": run["wall"], "before_first": first - run["started"], "after_last": run["ended"] - last,
             "students_per_minute": len(students) / run["wall"] * 60,
             "worst_slowdown": max(s["worst_slowdown"] for s in students),
@@ -206,6 +207,14 @@ def summarize(runs: list[dict]) -> dict:
         summary["shares"] = {phase: None if phase in unmeasured or total <= 0 else sum(s["phases"][phase] for s in calm["students"]) / total
                              for phase in phases.PHASES}
     return summary
+
+
+def reference_wall(students: list[dict], jobs: int) -> float | None:
+    """Wall seconds per reference student, for a class of reference solutions: the pool grades ``jobs`` students at once,
+    so each reference student's seconds (measured beside the others, contention included) occupy 1/jobs of the machine's
+    wall time. What an instructor pays per student who answered everything: --jobs 2 and 300 such students take 300 x this."""
+    seconds = [s["seconds"] for s in students if s["kind"] == "reference"]
+    return sum(seconds) / len(seconds) / jobs if seconds else None
 
 
 # --- The table ---------------------------------------------------------------------------------------
@@ -233,22 +242,25 @@ def markdown(about: dict, results: list[dict], jobs_settings: list[int]) -> str:
         "Each module: the reference solution and the untouched release, graded by `autograder grade` as separate students.",
         "Seconds per student: what its grading process spent on it, median (min–max) over every student of the run.",
         f"Students per minute: students / the run's wall time (its start, grading and recording), at {_jobs(shown)}.",
+        f"Wall s per reference student, at {_jobs(shown)}: a reference student's seconds / {shown} (the pool grades {shown} at once), "
+        "averaged over the reference copies: what a class of complete answers costs per student.",
         "Shares: of the students' seconds in the run with the fewest jobs, by phase (autograder/phases.py says what each holds; "
         "`torch.compile`, `@njit` and Triton compiles inside a student's worker count as the student's code).",
         "",
         "| module | students | " + " | ".join(f"s/student, {_jobs(j)}" for j in jobs_settings)
-        + f" | students/min at {_jobs(shown)} | " + " | ".join(phases.PHASES) + " | verdicts |",
-        "|---|---:|" + "---:|" * len(jobs_settings) + "---:|" + "---:|" * len(phases.PHASES) + "---|",
+        + f" | students/min at {_jobs(shown)} | wall s per reference student, {_jobs(shown)} | " + " | ".join(phases.PHASES) + " | verdicts |",
+        "|---|---:|" + "---:|" * len(jobs_settings) + "---:|---:|" + "---:|" * len(phases.PHASES) + "---|",
     ]
     for result in results:
         runs, summary = {run["jobs"]: run for run in result["runs"]}, result["summary"]
         at = summary["runs"]
         cells = [_seconds(at.get(str(j)) and at[str(j)]["per_student"]) for j in jobs_settings]
         throughput = at.get(str(shown)) and f"{at[str(shown)]['students_per_minute']:.1f}"
+        per_reference = at.get(str(shown)) and at[str(shown)]["reference_wall"]
         shares = [_share(summary.get("shares", {}).get(phase)) for phase in phases.PHASES]
         verdicts = "; ".join(p for run in runs.values() for p in run["problems"]) or "as expected"
         lines.append(f"| {result['module']} | {2 * result['copies']} | " + " | ".join(cells) + f" | {throughput or 'n/a'} | "
-                     + " | ".join(shares) + f" | {verdicts} |")
+                     + (f"{per_reference:.1f}" if per_reference is not None else "n/a") + " | " + " | ".join(shares) + f" | {verdicts} |")
     lines += ["", "Per run: the reference and release copies apart, the run's own overhead, and how busy the machine was.", "",
               "| module | jobs | reference s/student | release s/student | wall (s) | before the first student (s) | after the last (s) "
               "| grader's worst slowdown | load average before / after |",

@@ -4,6 +4,7 @@
 The quick tests use fake clocks; one slow test runs the benchmark itself on two cheap modules.
 """
 
+import importlib.util
 import io
 import json
 import subprocess
@@ -13,6 +14,10 @@ import pytest
 
 from autograder import grading, phases, progress
 from course_helpers import REPO_ROOT, facts, on_gpu
+
+spec = importlib.util.spec_from_file_location("bench_grading", REPO_ROOT / "scripts" / "bench_grading.py")
+bench_grading = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench_grading)
 
 
 class FakeClock:
@@ -128,6 +133,15 @@ def test_grader_keeps_timings_where_asked(tmp_path, monkeypatch):
                       "phases": {"checks": 2.5}, "unmeasured": [], "grader_error": ""}
 
 
+def test_wall_per_reference_student_shares_the_machine_among_the_jobs():
+    """Three reference students of 30, 40 and 50 s graded two at a time occupy 20 s of wall time each; releases are left out."""
+    students = [{"kind": "reference", "seconds": 30.0}, {"kind": "reference", "seconds": 40.0}, {"kind": "reference", "seconds": 50.0},
+                {"kind": "release", "seconds": 2.0}]
+    assert bench_grading.reference_wall(students, 2) == pytest.approx(20.0)
+    assert bench_grading.reference_wall(students, 1) == pytest.approx(40.0)
+    assert bench_grading.reference_wall(students[3:], 2) is None
+
+
 # --- The benchmark, end to end -------------------------------------------------------------------
 
 CHEAP_MODULES = ("01_gpu_basics", "05_streams")  # the two quickest runs at 2 jobs of modules 01-05 (make bench-grading)
@@ -153,4 +167,6 @@ def test_benchmark_grades_reference_and_release_and_writes_the_table(tmp_path):
             assert student["seconds"] > 0 and sum(student["phases"].values()) == pytest.approx(student["seconds"])
         summary = result["summary"]["runs"]["2"]
         assert summary["wall"] > summary["per_student"]["max"] > 0 and summary["students_per_minute"] > 0
+        [reference] = [student["seconds"] for student in run["students"] if student["kind"] == "reference"]
+        assert summary["reference_wall"] == pytest.approx(reference / 2), "two students graded at once"
         assert sum(result["summary"]["shares"].values()) == pytest.approx(1.0)
