@@ -77,6 +77,11 @@ def make_parser() -> argparse.ArgumentParser:
     feedback = commands.add_parser("feedback", help="write feedback/<student>/<assignment>/*.html")
     feedback.add_argument("assignment")
 
+    report = commands.add_parser("report", help="write one HTML page about a class's grading: scores, pass rates, speedups, "
+                                                 "grading times, items waiting for a GPU, answers unusually alike")
+    report.add_argument("assignment")
+    report.add_argument("--out", type=Path, help="the page (default: reports/<assignment>.html in the course)")
+
     export = commands.add_parser("export", help="export the gradebook as CSV")
     export.add_argument("--to", default="grades.csv", help="output file (default grades.csv)")
     return parser
@@ -104,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             run_nbgrader("generate_feedback", args.assignment, "--force", root=course, database=course / "gradebook.db")
             print(f"feedback written to {course / 'feedback'}/<student>/{args.assignment}/")
             return 0
+        if args.command == "report":
+            return _class_report(course, args.assignment, args.out)
         return _export(course, Path(args.to))
     except (NbgraderError, build.BuildError, FileNotFoundError, ValueError, slurm.SlurmError) as error:
         print(f"autograder {args.command}: {error}", file=sys.stderr)
@@ -111,6 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     except GradingStopped as error:
         print(f"autograder {args.command}: stopped, nothing was graded or recorded: {error}", file=sys.stderr)
         return 3
+
+
+def _class_report(course: Path, assignment: str, out: Path | None) -> int:
+    from .overview import write_report
+
+    page = write_report(course, assignment, out)
+    print(f"class report of {assignment} written to {page}")
+    return 0
 
 
 def _export(course: Path, to: Path) -> int:
