@@ -55,6 +55,7 @@ class ClassGrading:
     assignment: str
     students: list[Student]
     points: dict[str, float] = field(default_factory=dict)  # grade_id -> points, in notebook order
+    unreadable: list[str] = field(default_factory=list)  # students whose grading.json could not be read: left out, named on the page
 
     @property
     def out_of(self) -> float:
@@ -66,15 +67,21 @@ def load_class(course: Path, assignment: str) -> ClassGrading:
     folders = sorted(path.parent for path in (course / "autograded").glob(f"*/{assignment}/grading.json"))
     if not folders:
         raise FileNotFoundError(f"no grading of {assignment} in {course / 'autograded'}: run `autograder grade {assignment} ...` first")
-    students, points = [], {}
+    students, points, unreadable = [], {}, []
     for folder in folders:
-        recorded = json.loads((folder / "grading.json").read_text())
+        try:
+            recorded = json.loads((folder / "grading.json").read_text())
+        except (OSError, ValueError):
+            unreadable.append(folder.parent.name)
+            continue
         items = {item["grade_id"]: item for item in recorded["items"].values()}
         for grade_id, item in items.items():
             points.setdefault(grade_id, item["points"])
         notebook = folder / f"{assignment}.ipynb"
         students.append(Student(folder.parent.name, items, recorded.get("seconds", 0.0), answer_text(notebook) if notebook.exists() else ""))
-    return ClassGrading(assignment, students, points)
+    if not students:
+        raise FileNotFoundError(f"no readable grading of {assignment} in {course / 'autograded'} (unreadable: {', '.join(unreadable)})")
+    return ClassGrading(assignment, students, points, unreadable)
 
 
 def answer_cells(notebook: nbformat.NotebookNode) -> list[str]:
@@ -97,7 +104,7 @@ def pass_rates(grading: ClassGrading) -> dict[str, tuple[int, int]]:
     """grade_id -> (students who passed it, students graded on it); items waiting for a GPU are not graded yet."""
     rates = {}
     for grade_id in grading.points:
-        outcomes = [student.items[grade_id]["outcome"] for student in grading.students if grade_id in student.items]
+        outcomes = [student.items[grade_id].get("outcome") for student in grading.students if grade_id in student.items]
         graded = [outcome for outcome in outcomes if outcome != Outcome.NEEDS_GPU]
         rates[grade_id] = (sum(outcome == Outcome.PASSED for outcome in graded), len(graded))
     return rates
@@ -108,7 +115,7 @@ def waiting_for_gpu(grading: ClassGrading) -> dict[str, list[str]]:
     waiting = {}
     for student in grading.students:
         for grade_id, item in student.items.items():
-            if item["outcome"] == Outcome.NEEDS_GPU:
+            if item.get("outcome") == Outcome.NEEDS_GPU:
                 waiting.setdefault(grade_id, []).append(student.name)
     return waiting
 
@@ -234,6 +241,9 @@ def render(grading: ClassGrading, pairs: list[SimilarPair]) -> str:
         f"<p>{len(grading.students)} students graded; median score {statistics.median(scores):g} of {grading.out_of:g}; "
         f"median grading time {statistics.median(seconds):.1f} s a student.</p>",
     ]
+    if grading.unreadable:
+        parts.append(f"<p><strong>Left out</strong>, their grading.json could not be read (regrade them with --student): "
+                     f"{escape(', '.join(grading.unreadable))}.</p>")
     for title, png in figures(grading):
         parts += [f"<h2>{escape(title)}</h2>", f"<img alt='{escape(title)}' src='data:image/png;base64,{png}'>"]
     parts.append("<h2>Items waiting for a GPU</h2>")

@@ -141,6 +141,15 @@ def test_the_page_holds_every_plot_the_gpu_items_and_the_flags(course, capsys):
     assert "<td>test_gpu_speed</td><td>11</td>" in page and "autograder regrade-gpu" in page
 
 
+def test_an_unreadable_grading_record_is_left_out_and_named(tmp_path):
+    write_student(tmp_path, "ann", ["x = 1\n"], items_for(1), seconds=1.0)
+    write_student(tmp_path, "bob", ["y = 2\n"], items_for(2), seconds=1.0)
+    (tmp_path / "autograded" / "bob" / ASSIGNMENT / "grading.json").write_text("{not json")
+    grading = overview.load_class(tmp_path, ASSIGNMENT)
+    assert [student.name for student in grading.students] == ["ann"] and grading.unreadable == ["bob"]
+    assert "could not be read (regrade them with --student): bob." in overview.render(grading, [])
+
+
 def test_an_assignment_nobody_was_graded_on_is_a_clear_error(tmp_path, capsys):
     assert cli.main(["--course", str(tmp_path), "report", ASSIGNMENT]) == 1
     assert f"no grading of {ASSIGNMENT}" in capsys.readouterr().err
