@@ -25,6 +25,7 @@ from pathlib import Path
 
 import nbformat
 
+from . import skeleton
 from .outcomes import Outcome
 
 # What gpucourse.check.assert_speedup prints when an item passes, and raises when it fails
@@ -42,7 +43,7 @@ class Student:
 
     name: str
     items: dict[str, dict]
-    seconds: float
+    seconds: float | None  # None: not run (a submission the grader could not read)
     answers: str = ""  # their answer cells, in notebook order
 
     @property
@@ -74,14 +75,25 @@ def load_class(course: Path, assignment: str) -> ClassGrading:
         except (OSError, ValueError):
             unreadable.append(folder.parent.name)
             continue
-        items = {item["grade_id"]: item for item in recorded["items"].values()}
+        # Keyed by grade_id; a submission the grader could not read has only outcome, message and score per item.
+        items = {grade_id: {"grade_id": grade_id, "output": "", "message": "", **item} for grade_id, item in recorded["items"].items()}
         for grade_id, item in items.items():
-            points.setdefault(grade_id, item["points"])
+            points.setdefault(grade_id, item.get("points", 0.0))
         notebook = folder / f"{assignment}.ipynb"
-        students.append(Student(folder.parent.name, items, recorded.get("seconds", 0.0), answer_text(notebook) if notebook.exists() else ""))
+        students.append(Student(folder.parent.name, items, recorded.get("seconds"), answer_text(notebook) if notebook.exists() else ""))
     if not students:
         raise FileNotFoundError(f"no readable grading of {assignment} in {course / 'autograded'} (unreadable: {', '.join(unreadable)})")
-    return ClassGrading(assignment, students, points, unreadable)
+    return ClassGrading(assignment, students, {**points, **source_points(course, assignment)}, unreadable)
+
+
+def source_points(course: Path, assignment: str) -> dict[str, float]:
+    """grade_id -> points, from the course's source notebook (``solutions/``) where it is there: the records of
+    submissions the grader could not read carry no points."""
+    path = course / "solutions" / assignment / f"{assignment}.ipynb"
+    if not path.exists():
+        return {}
+    notebook = nbformat.read(path, as_version=4)
+    return {item.grade_id: item.points for item in skeleton.make_plan(notebook, notebook).items}
 
 
 def answer_cells(notebook: nbformat.NotebookNode) -> list[str]:
@@ -221,7 +233,7 @@ def figures(grading: ClassGrading) -> list[tuple[str, str]]:
         shown.append((f"Speedups measured for {grade_id}", _png(fig)))
 
     fig, ax = plt.subplots(figsize=(6, 2.6), layout="constrained")
-    ax.hist([student.seconds for student in grading.students], bins=20, color="#937860")
+    ax.hist([student.seconds for student in grading.students if student.seconds is not None], bins=20, color="#937860")
     counts(ax, "seconds to grade one student")
     shown.append(("Grading time per student", _png(fig)))
     return shown
@@ -229,7 +241,7 @@ def figures(grading: ClassGrading) -> list[tuple[str, str]]:
 
 def render(grading: ClassGrading, pairs: list[SimilarPair]) -> str:
     scores = [student.score for student in grading.students]
-    seconds = [student.seconds for student in grading.students]
+    seconds = [student.seconds for student in grading.students if student.seconds is not None] or [0.0]
     waiting = waiting_for_gpu(grading)
     escape = html.escape
     parts = [

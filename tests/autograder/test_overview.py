@@ -9,12 +9,13 @@ import contextlib
 import io
 import json
 import re
+import shutil
 
 import nbformat
 import pytest
 
 from autograder import cli, overview
-from course_helpers import ASSIGNMENTS, source
+from course_helpers import ASSIGNMENTS, facts, source
 from gpucourse import check
 from gpucourse.check import TimingFailure
 from gpucourse.timing import SpeedResult
@@ -148,6 +149,22 @@ def test_an_unreadable_grading_record_is_left_out_and_named(tmp_path):
     grading = overview.load_class(tmp_path, ASSIGNMENT)
     assert [student.name for student in grading.students] == ["ann"] and grading.unreadable == ["bob"]
     assert "could not be read (regrade them with --student): bob." in overview.render(grading, [])
+
+
+def test_a_submission_the_grader_could_not_read_counts_zero_with_the_sources_points(tmp_path):
+    """The grader's record of a missing or broken notebook: items keyed by grade_id, no points (autograder.grading)."""
+    write_student(tmp_path, "ann", ["x = 1\n"], items_for(1), seconds=1.0)
+    folder = tmp_path / "autograded" / "emma" / ASSIGNMENT
+    folder.mkdir(parents=True)
+    why = "no notebook named 01_gpu_basics.ipynb (found: no notebook at all)"
+    (folder / "grading.json").write_text(json.dumps({"device": "not run", "error": why, "items": {
+        grade_id: {"outcome": "unreadable", "message": why, "score": 0.0} for grade_id in ("test_correct", "test_speed", "test_extra")}}))
+    grading = overview.load_class(tmp_path, ASSIGNMENT)
+    assert [(student.name, student.score, student.answers) for student in grading.students] == [("ann", 2.0, "x = 1\n"), ("emma", 0.0, "")]
+    assert overview.pass_rates(grading)["test_correct"] == (1, 2) and grading.points["test_extra"] == 0.0
+    assert "median grading time 1.0 s a student" in overview.render(grading, []), "emma's was never run: not a 0 s grading"
+    shutil.copytree(source(ASSIGNMENT).parent, tmp_path / "solutions" / ASSIGNMENT)
+    assert overview.load_class(tmp_path, ASSIGNMENT).out_of == facts(ASSIGNMENT).total + 5.0, "the source's points, and the records' own"
 
 
 def test_an_assignment_nobody_was_graded_on_is_a_clear_error(tmp_path, capsys):
