@@ -136,7 +136,8 @@ def students_of(run: dict, course: Path, module: str, timings: Path, expected: d
         score = sum(item["score"] for item in verdicts["items"].values())
         students.append({"student": student, "kind": "reference" if student.startswith("ref") else "release", "score": score,
                          "expected": gradable if student.startswith("ref") else 0.0, "out_of": expected["total"],
-                         "device": verdicts["device"], "worst_slowdown": verdicts.get("worst_slowdown", 1.0), **record})
+                         "device": verdicts["device"], "worst_slowdown": verdicts.get("worst_slowdown", 1.0),
+                         "item_seconds": {grade_id: item.get("seconds", 0.0) for grade_id, item in verdicts["items"].items()}, **record})
     return students
 
 
@@ -198,6 +199,7 @@ def summarize(runs: list[dict]) -> dict:
             "worst_slowdown": max(s["worst_slowdown"] for s in students),
             "load": [run["load_before"], run["load_after"]],
         }
+    summary["slowest_items"] = slowest_items(runs)
     measured = [run for run in runs if run["students"]]
     if measured:
         calm = min(measured, key=lambda run: run["jobs"])
@@ -207,6 +209,22 @@ def summarize(runs: list[dict]) -> dict:
         summary["shares"] = {phase: None if phase in unmeasured or total <= 0 else sum(s["phases"][phase] for s in calm["students"]) / total
                              for phase in phases.PHASES}
     return summary
+
+
+def slowest_items(runs: list[dict], count: int = 3) -> list[tuple[str, float]]:
+    """The ``count`` items that took a reference student longest (median seconds over the reference copies of the run
+    with the fewest jobs): where to look first to grade the module faster."""
+    measured = [run for run in runs if run["students"]]
+    if not measured:
+        return []
+    calm = min(measured, key=lambda run: run["jobs"])
+    per_item: dict[str, list[float]] = {}
+    for student in calm["students"]:
+        if student["kind"] == "reference":
+            for grade_id, seconds in student.get("item_seconds", {}).items():
+                per_item.setdefault(grade_id, []).append(seconds)
+    medians = {grade_id: statistics.median(values) for grade_id, values in per_item.items()}
+    return sorted(medians.items(), key=lambda pair: -pair[1])[:count]
 
 
 def reference_wall(students: list[dict], jobs: int) -> float | None:
@@ -272,6 +290,12 @@ def markdown(about: dict, results: list[dict], jobs_settings: list[int]) -> str:
                 lines.append(f"| {result['module']} | {jobs} | {_seconds(run['reference'])} | {_seconds(run['release'])} | {run['wall']:.1f} "
                              f"| {run['before_first']:.1f} | {run['after_last']:.1f} | {run['worst_slowdown']:.2f} "
                              f"| {run['load'][0]:.2f} / {run['load'][1]:.2f} |")
+    lines += ["", "The slowest items of a reference student (median seconds over the copies, the run with the fewest jobs; "
+              "each item's time includes starting the runners it needs):", "",
+              "| module | slowest items |", "|---|---|"]
+    for result in results:
+        slow = result["summary"].get("slowest_items", [])
+        lines.append(f"| {result['module']} | " + (", ".join(f"{grade_id} {seconds:.1f} s" for grade_id, seconds in slow) or "n/a") + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -133,6 +133,15 @@ def test_grader_keeps_timings_where_asked(tmp_path, monkeypatch):
                       "phases": {"checks": 2.5}, "unmeasured": [], "grader_error": ""}
 
 
+def test_slowest_items_are_the_reference_students_median_seconds_in_the_calmest_run():
+    run = lambda jobs, scale: {"jobs": jobs, "students": [  # noqa: E731
+        {"kind": "reference", "item_seconds": {"a": 1.0 * scale, "b": 9.0 * scale, "c": 4.0 * scale}},
+        {"kind": "reference", "item_seconds": {"a": 3.0 * scale, "b": 7.0 * scale, "c": 6.0 * scale}},
+        {"kind": "release", "item_seconds": {"a": 50.0, "b": 0.0, "c": 0.0}}]}
+    assert bench_grading.slowest_items([run(2, 10.0), run(1, 1.0)], count=2) == [("b", 8.0), ("c", 5.0)]
+    assert bench_grading.slowest_items([{"jobs": 1, "students": []}]) == []
+
+
 def test_wall_per_reference_student_shares_the_machine_among_the_jobs():
     """Three reference students of 30, 40 and 50 s graded two at a time occupy 20 s of wall time each; releases are left out."""
     students = [{"kind": "reference", "seconds": 30.0}, {"kind": "reference", "seconds": 40.0}, {"kind": "reference", "seconds": 50.0},
@@ -170,3 +179,6 @@ def test_benchmark_grades_reference_and_release_and_writes_the_table(tmp_path):
         [reference] = [student["seconds"] for student in run["students"] if student["kind"] == "reference"]
         assert summary["reference_wall"] == pytest.approx(reference / 2), "two students graded at once"
         assert sum(result["summary"]["shares"].values()) == pytest.approx(1.0)
+        slowest = result["summary"]["slowest_items"]
+        assert slowest and {grade_id for grade_id, _ in slowest} <= set(facts(module).points), "items of the module, by grade_id"
+        assert f"| {module} | {slowest[0][0]} {slowest[0][1]:.1f} s" in table
