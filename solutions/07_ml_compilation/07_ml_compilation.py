@@ -391,6 +391,14 @@ result = timing.compare_speed(matmul_tensorized_strided, tensorized, lambda: mat
                               check=lambda args, output: check_matmul(*args, output, "a timed matmul_tensorized"), rounds=15,
                               charge_cpu_time=True)
 check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="matmul_tensorized vs matmul_tensorized_strided")
+### BEGIN HIDDEN TESTS
+import dataclasses  # noqa: E402
+
+# Three rounds in four as well as the median: on a busy CI machine a copy of the baseline once reached a 1.5x median in
+# 15 rounds (2026-12-06); its lower quartile stays near 1x, the reference's near 3.7x.
+check.assert_speedup(dataclasses.replace(result, speedup=result.low), check.required_speedup(SPEEDUP_NEEDED),
+                     name="matmul_tensorized vs matmul_tensorized_strided, lower quartile of the rounds")
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Question 5: the same schedule in Triton (5 points, 2 of them on a GPU)
