@@ -200,9 +200,8 @@ def summarize(runs: list[dict]) -> dict:
             "load": [run["load_before"], run["load_after"]],
         }
     summary["slowest_items"] = slowest_items(runs)
-    measured = [run for run in runs if run["students"]]
-    if measured:
-        calm = min(measured, key=lambda run: run["jobs"])
+    calm = calmest_run(runs)
+    if calm:
         unmeasured = set().union(*(s["unmeasured"] for s in calm["students"]))
         total = sum(s["seconds"] for s in calm["students"])
         summary["shares_at_jobs"] = calm["jobs"]
@@ -211,13 +210,18 @@ def summarize(runs: list[dict]) -> dict:
     return summary
 
 
+def calmest_run(runs: list[dict]) -> dict | None:
+    """The run with the fewest jobs that graded anyone (students graded one at a time: no contention between them)."""
+    measured = [run for run in runs if run["students"]]
+    return min(measured, key=lambda run: run["jobs"]) if measured else None
+
+
 def slowest_items(runs: list[dict], count: int = 3) -> list[tuple[str, float]]:
     """The ``count`` items that took a reference student longest (median seconds over the reference copies of the run
     with the fewest jobs): where to look first to grade the module faster."""
-    measured = [run for run in runs if run["students"]]
-    if not measured:
+    calm = calmest_run(runs)
+    if calm is None:
         return []
-    calm = min(measured, key=lambda run: run["jobs"])
     per_item: dict[str, list[float]] = {}
     for student in calm["students"]:
         if student["kind"] == "reference":
