@@ -25,6 +25,7 @@ hidden from it. The instructor's grader refuses that unless told otherwise
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import os
 import shlex
@@ -217,6 +218,8 @@ def start_worker(workdir: Path, limits: Limits, hidden_paths: list[Path] = (), c
         compile_seed.copy_into(workdir, sandbox_user() if mode == ROOT_NAMESPACES else None)
     to_worker_read, to_worker = os.pipe()
     from_worker, from_worker_write = os.pipe()
+    for fd in (to_worker, from_worker):
+        _widen_pipe(fd)
     log = log_path(workdir)
     server = forkserver.server(limits.threads, forkserver.warm_ups_for(cells)) if forkserver.enabled() else None
     try:
@@ -230,6 +233,17 @@ def start_worker(workdir: Path, limits: Limits, hidden_paths: list[Path] = (), c
         os.close(to_worker_read)
         os.close(from_worker_write)
     return WorkerProcess(process, to_worker, from_worker, mode, log)
+
+
+PIPE_BYTES = 1 << 20  # Linux's default ceiling for an unprivileged process (/proc/sys/fs/pipe-max-size)
+
+
+def _widen_pipe(fd: int) -> None:
+    """Let the pipe hold ``PIPE_BYTES`` instead of 64 KiB: a timed block's outputs (module 06: 16 MB a block) then
+    cross in 16 times fewer hand-overs between the worker and the harness, each a wake-up of the other side
+    (measured: fetching a block's outputs 0.11-0.31 s before, 0.05-0.14 s after). Left as it is where Linux refuses."""
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: no F_SETPIPE_SZ (not Linux)
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
 
 
 def _popen(workdir: Path, limits: Limits, hidden_paths, fds: list[int], log: Path, mode: str, sealed: bool) -> subprocess.Popen:

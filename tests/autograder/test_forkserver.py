@@ -311,3 +311,24 @@ def test_a_worker_that_runs_student_code_cannot_reach_the_grader(forked, tmp_pat
               "file": "ImportError" if contained else "reached", "unhooked": "ModuleNotFoundError" if contained else "reached"}
     assert reached[False] == sealed
     assert reached[True]["profiling"] == "reached" and reached[True]["unhooked"] == "reached"
+
+
+@pytest.mark.parametrize("forked", [True, False], ids=["forked", "own"])
+def test_a_workers_pipes_hold_a_block_of_outputs_in_few_hand_overs(tmp_path, monkeypatch, forked):
+    """Both routes get pipes of sandbox.PIPE_BYTES, not Linux's 64 KiB: a timed block's outputs (16 MB in module 06)
+    then cross in 1 MiB steps, each a wake-up of the other side."""
+    import fcntl
+
+    import torch
+
+    process = started(tmp_path, forked, monkeypatch)
+    try:
+        assert ready(process) == ("ready",)
+        sizes = {fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) for fd in (process.to_worker, process.from_worker)}
+        assert sizes == {sandbox.PIPE_BYTES}
+        big = torch.arange(3 << 20, dtype=torch.float32)  # 12 MiB: many pipe-fulls, each way
+        assert request(process, ("exec", "import torch\nBIG = torch.arange(3 << 20, dtype=torch.float32)")) == ("ok",)
+        kind, value = request(process, ("value", "BIG"))
+        assert kind == "return" and torch.equal(protocol.unpack_tensor(value), big)
+    finally:
+        process.kill()
