@@ -10,7 +10,7 @@
 # - Grading reruns every test cell, plus hidden tests that try other shapes, dtypes and edge cases, so test your code beyond the visible examples.
 # - The notebook runs on a CPU or a GPU; speed thresholds depend on which (`gpucourse.device_class()`).
 #
-# Points: 10 autograded, 1 graded by hand.
+# Points: 11 autograded (1 of them on a GPU), 1 graded by hand.
 
 # %%
 # Setup: on Colab, install the course package first (locally, `make lab` already did).

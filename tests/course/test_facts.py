@@ -632,3 +632,18 @@ def test_lecture_10_cites_the_ring_ttur_and_dcgan_where_they_appear():
     for source_named in ("Metz et al.", "Unrolled Generative Adversarial Networks", "Heusel et al.", "Two Time-Scale Update Rule",
                          "Radford et al.", "Gretton et al.", "test_graph_scaling_fused_optimizers", "capturable=True"):
         assert source_named in text, f"lecture 10 should name {source_named!r}"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_points_line_counts_the_items(assignment):
+    """The release's opening line "Points: N autograded (G of them on a GPU), H graded by hand" is what nbgrader's
+    feedback adds up (module 01 said 10 where its items give 11, and the feedback page says out of 12)."""
+    from course_helpers import facts
+
+    known = facts(assignment)
+    autograded = sum(item.points for item in known.items)
+    on_gpu = sum(item.points for item in known.items if item.requires_gpu)
+    expected = f"Points: {autograded:g} autograded" + (f" ({on_gpu:g} of them on a GPU)" if on_gpu else "")
+    expected += f", {len(known.manual)} graded by hand." if known.manual else "."
+    [line] = [line for cell in _read(release(assignment)).cells for line in cell.source.splitlines() if line.startswith("Points:")]
+    assert line == expected
