@@ -5,13 +5,14 @@
 #   make test-fast  the quick tier: no notebook runs, grading, kernels or browsers
 #   make build  regenerate the notebooks and assignments/ from their .py sources
 #   make bench-grading  time the grader per module (MODULES="01 06" COPIES=3): table in bench-grading.md
+#   make classroom      JupyterHub for the course on this machine, as root (STUDENTS=2); make classroom-stop stops it
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install lab lab-instructor test test-fast build bench-grading lock clean
+.PHONY: install lab lab-instructor test test-fast build bench-grading classroom classroom-stop lock clean
 
 install: $(INSTALLED)
 
@@ -49,6 +50,14 @@ MODULES ?=
 COPIES ?= 3
 bench-grading: $(INSTALLED)
 	$(BIN)/python scripts/bench_grading.py --copies $(COPIES) $(if $(strip $(MODULES)),--modules $(MODULES))
+
+# JupyterHub, nbgrader's exchange and local users (autograder/classroom.py, docs/classroom.md); localhost only.
+STUDENTS ?= 2
+classroom: $(INSTALLED)
+	$(BIN)/python -m autograder.classroom start --students $(STUDENTS)
+
+classroom-stop: $(INSTALLED)
+	$(BIN)/python -m autograder.classroom stop
 
 # Re-pin constraints.txt to what is installed now (drop torch's local "+cpu" tag so the pin
 # also matches CUDA builds).

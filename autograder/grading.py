@@ -366,6 +366,35 @@ def _merge_earlier_grading(course_root: Path, assignment: str, report: StudentRe
     ]
 
 
+def exchange_files(submission: Submission) -> dict[str, str]:
+    """What nbgrader's exchange keeps beside a submission (the layout ``nbgrader collect`` writes), checked:
+    ``timestamp.txt``, when the student submitted (nbgrader records it, applies late penalties, and carries it on to
+    ``autograded/`` and ``feedback/``), and ``submission_secret.txt``, which names the feedback only that student's
+    ``fetch_feedback`` finds. Each is left out where it is missing or malformed (a submission from an LMS has neither;
+    a student may have written their own): one unreadable file must not fail the one nbgrader run that records
+    every student, and without them ``nbgrader release_feedback`` skips nobody but crashes."""
+    from nbgrader.utils import parse_utc
+
+    found = {}
+    folder = submission.notebook.parent if submission.notebook is not None else None
+    for name, valid in ((TIMESTAMP_FILE, parse_utc), (SECRET_FILE, _hex_secret)):
+        try:
+            text = (folder / name).read_text().strip()
+            valid(text)
+        except (OSError, ValueError, OverflowError, TypeError):
+            continue
+        found[name] = text
+    return found
+
+
+TIMESTAMP_FILE, SECRET_FILE = "timestamp.txt", "submission_secret.txt"  # what nbgrader's submit writes beside a submission
+
+
+def _hex_secret(text: str) -> None:
+    if not (0 < len(text) <= 256 and all(character in "0123456789abcdef" for character in text)):
+        raise ValueError("not nbgrader's submission secret (hex digits)")
+
+
 def record_in_gradebook(course_root: Path, assignment: str, found: list[Submission], reports: dict[str, StudentReport],
                         scratch: Path, release_path: Path) -> None:
     """Write every verdict into nbgrader's gradebook with one ``nbgrader autograde`` run."""
@@ -383,6 +412,8 @@ def record_in_gradebook(course_root: Path, assignment: str, found: list[Submissi
         target = submitted / submission.student / assignment / f"{assignment}.ipynb"
         target.parent.mkdir(parents=True)
         nbformat.write(student_nb, target)
+        for name, text in exchange_files(submission).items():
+            (target.parent / name).write_text(text)
     config = scratch / "nbgrader_config.py"
     config.write_text(_AUTOGRADE_CONFIG.format(
         course_config=str(course_root / "nbgrader_config.py"), submitted=str(submitted), results=str(results_dir), release=str(release_path)))

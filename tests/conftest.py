@@ -19,7 +19,8 @@ from course_helpers import REPO_ROOT, computed_once, make_course, make_submissio
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 # The scopes that grade or run notebooks, the longest kinds first; then the other slow tests; the quick ones last.
-HEAVY_FIRST = ("test_autograder_cli.py", "test_grading.py", "test_adversarial.py", "test_kernel_grading.py", "test_notebooks.py", "test_browser.py")
+HEAVY_FIRST = ("test_classroom.py", "test_autograder_cli.py", "test_grading.py", "test_adversarial.py", "test_kernel_grading.py", "test_notebooks.py",
+               "test_browser.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -274,6 +274,10 @@ def executed_seconds(notebook: nbformat.NotebookNode) -> float:
 # --- An executed lecture: where it runs, and what makes it acceptable ---------------------------
 
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's: the browser test never uses `playwright install`'s
+# Headless, as root, offline: without the background-networking flags Chromium's connections to Google's hosts are refused by
+# the machine's closed network, many at a time.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
 # Lecture 02 (whose occupancy calculator the browser test plays with) and lectures from 05 on are run once per
 # test run, in JupyterLab by tests/course/test_browser.py (Run All, as a student does: its screenshots of their figures,
 # widgets and training monitors come from that run), wherever the browser test runs; tests/course/test_notebooks.py runs

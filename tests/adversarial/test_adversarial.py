@@ -389,6 +389,21 @@ def test_renamed_notebook_is_found_with_a_note(tmp_path):
     assert submission.notes == [f"renamed notebook: graded my_work.ipynb as {ASSIGNMENT}.ipynb"]
 
 
+def test_nbgraders_exchange_files_are_carried_only_when_well_formed(tmp_path):
+    """An nbgrader-collected submission keeps its timestamp and feedback secret (nbgrader's gradebook and
+    release_feedback need them); a forged or broken one is left out, so it cannot fail the gradebook run of everyone."""
+    from autograder.grading import SECRET_FILE, TIMESTAMP_FILE, exchange_files, find_submissions
+
+    for student, timestamp, secret in (("ann", "2026-12-06 23:50:01.123456 UTC", "0f" * 64), ("bob", "after the deadline, honest", "../../x")):
+        folder = tmp_path / "submitted" / student / ASSIGNMENT  # the layout nbgrader collect writes
+        folder.mkdir(parents=True)
+        (folder / f"{ASSIGNMENT}.ipynb").write_bytes(adv.notebook_bytes(adv.reference()))
+        (folder / TIMESTAMP_FILE).write_text(timestamp + "\n")
+        (folder / SECRET_FILE).write_text(secret)
+    found = {submission.student: exchange_files(submission) for submission in find_submissions(tmp_path / "submitted", ASSIGNMENT, tmp_path / "scratch")}
+    assert found == {"ann": {TIMESTAMP_FILE: "2026-12-06 23:50:01.123456 UTC", SECRET_FILE: "0f" * 64}, "bob": {}}
+
+
 @contextlib.contextmanager
 def listening_port():
     """A TCP port on this machine's 127.0.0.1 that accepts connections: the snooper's network probe tries it."""

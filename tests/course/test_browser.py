@@ -57,6 +57,7 @@ from course_helpers import (
     BROWSER_LECTURES,
     CALCULATOR_LECTURE,
     CHROMIUM,
+    CHROMIUM_ARGS,
     LoadMeter,
     assert_lecture_acceptable,
     browser_missing,
@@ -65,8 +66,6 @@ from course_helpers import (
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]  # slow: make test-fast leaves it out
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
 LECTURE = "course/02_architecture.ipynb"
 ASSIGNMENT = "assignments/02_architecture/02_architecture.ipynb"  # ~7 s of kernel time on 2 cores (01: ~5 s)
 # JupyterLab settings for the test's own (temporary) user-settings folder: never write a notebook,
