@@ -421,6 +421,7 @@ def record_in_gradebook(course_root: Path, assignment: str, found: list[Submissi
                  root=course_root, database=course_root / "gradebook.db", config_dir=scratch)
     _flag_gpu_regrades(course_root, assignment, reports)
     _verify_gradebook(course_root, assignment, reports)
+    _note_lateness(course_root, assignment, reports)
     for student, report in reports.items():
         folder = course_root / "autograded" / student / assignment
         if report.grader_error:
@@ -483,6 +484,31 @@ def _flag_gpu_regrades(course_root: Path, assignment: str, reports: dict[str, St
                     grade.auto_score = None
                     grade.needs_manual_grade = True
             gb.db.commit()
+
+
+def _note_lateness(course_root: Path, assignment: str, reports: dict[str, StudentReport]) -> None:
+    """A note for each student whose submission nbgrader counts as late (its timestamp after the assignment's due date,
+    both in the gradebook): in the table, in grading.json and so in the report. nbgrader's late-penalty settings apply."""
+    with open_gradebook(course_root) as gb:
+        for student, report in reports.items():
+            if report.grader_error:
+                continue
+            try:
+                late = gb.find_submission(assignment, student).total_seconds_late
+            except Exception:  # noqa: BLE001 - no submission recorded for them: nothing to say
+                continue
+            if late and late > 0:
+                report.notes.append(f"late: submitted {_duration(late)} after the due date (nbgrader's timestamp)")
+
+
+def _duration(seconds: float) -> str:
+    """``3 d 4 h``, ``2 h 5 min``, ``7 min``, ``40 s``: the two largest units."""
+    minutes, hours, days = seconds / 60, seconds / 3600, seconds / 86400
+    if days >= 1:
+        return f"{int(days)} d {int(hours % 24)} h"
+    if hours >= 1:
+        return f"{int(hours)} h {int(minutes % 60)} min"
+    return f"{int(minutes)} min" if minutes >= 1 else f"{int(seconds)} s"
 
 
 def _verify_gradebook(course_root: Path, assignment: str, reports: dict[str, StudentReport]) -> None:

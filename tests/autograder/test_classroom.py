@@ -15,6 +15,7 @@ Screenshots go to ``.test-artifacts/classroom/``. Needs root (the classroom crea
 proxy) and the browser test's Chromium; it skips without them, and fails instead under ``CI=true``.
 """
 
+import datetime
 import json
 import os
 import random
@@ -22,6 +23,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -179,6 +181,10 @@ def story():
                 browser.write_answer(grade_id)
                 browser.submit()
             browser.shot(told, "2-student-submitted")
+            # The due date falls between student 1's submissions and the others': they are late, student 1 is not.
+            due = datetime.datetime.now(datetime.timezone.utc)
+            _shell(classroom, instructor, "nbgrader", "db", "assignment", "add", ASSIGNMENT, f"--duedate={due:%Y-%m-%d %H:%M:%S.%f} UTC", cwd=course)
+            time.sleep(1)
             _shell(classroom, untouched, "nbgrader", "fetch_assignment", ASSIGNMENT)
             _shell(classroom, untouched, "nbgrader", "submit", ASSIGNMENT)
             _shell(classroom, broken, "nbgrader", "fetch_assignment", ASSIGNMENT)
@@ -235,6 +241,19 @@ def test_a_broken_notebook_costs_only_its_student(story):
     """The grader says why and records 0 for the broken one; the others' grades are checked above and below."""
     assert f"unreadable notebook {ASSIGNMENT}.ipynb" in story.grading_output, story.grading_output[-2000:]
     assert sum(_graded(story, story.broken).values()) == 0
+
+
+def _notes(story: Story, student: str) -> list[str]:
+    return json.loads((story.classroom.course() / "autograded" / student / ASSIGNMENT / "grading.json").read_text())["notes"]
+
+
+def test_a_submission_after_the_due_date_is_said_to_be_late(story):
+    """nbgrader's timestamps reach the gradebook; the grader says who was late, in its table and in grading.json."""
+    assert not any(note.startswith("late:") for note in _notes(story, story.student))
+    for student in (story.untouched, story.broken):
+        assert any(note.startswith("late: submitted ") and note.endswith("after the due date (nbgrader's timestamp)")
+                   for note in _notes(story, student)), _notes(story, student)
+    assert "late: submitted " in story.grading_output
 
 
 def test_the_gradebook_holds_what_the_grader_gave(story):
