@@ -376,10 +376,13 @@ def exchange_files(submission: Submission) -> dict[str, str]:
     from nbgrader.utils import parse_utc
 
     found = {}
-    folder = submission.notebook.parent if submission.notebook is not None else None
     for name, valid in ((TIMESTAMP_FILE, parse_utc), (SECRET_FILE, _hex_secret)):
+        # Beside the notebook; without one (an empty submission: the exchange's files only), the one such file handed in.
+        candidates = [submission.notebook.parent / name] if submission.notebook is not None else [
+            path for path in submission.files if path.name == name]
         try:
-            text = (folder / name).read_text().strip()
+            [path] = candidates
+            text = path.read_text().strip()
             valid(text)
         except (OSError, ValueError, OverflowError, TypeError):
             continue

@@ -400,8 +400,13 @@ def test_nbgraders_exchange_files_are_carried_only_when_well_formed(tmp_path):
         (folder / f"{ASSIGNMENT}.ipynb").write_bytes(adv.notebook_bytes(adv.reference()))
         (folder / TIMESTAMP_FILE).write_text(timestamp + "\n")
         (folder / SECRET_FILE).write_text(secret)
+    empty = tmp_path / "submitted" / "cy" / ASSIGNMENT  # submitted without the notebook: graded 0, and its feedback released
+    empty.mkdir(parents=True)
+    (empty / TIMESTAMP_FILE).write_text("2026-12-07 00:01:02.000001 UTC")
+    (empty / SECRET_FILE).write_text("ab" * 64)
     found = {submission.student: exchange_files(submission) for submission in find_submissions(tmp_path / "submitted", ASSIGNMENT, tmp_path / "scratch")}
-    assert found == {"ann": {TIMESTAMP_FILE: "2026-12-06 23:50:01.123456 UTC", SECRET_FILE: "0f" * 64}, "bob": {}}
+    assert found == {"ann": {TIMESTAMP_FILE: "2026-12-06 23:50:01.123456 UTC", SECRET_FILE: "0f" * 64}, "bob": {},
+                     "cy": {TIMESTAMP_FILE: "2026-12-07 00:01:02.000001 UTC", SECRET_FILE: "ab" * 64}}
 
 
 @contextlib.contextmanager

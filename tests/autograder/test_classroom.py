@@ -92,7 +92,9 @@ class Story:
     classroom: room.Classroom
     student: str
     untouched: str
-    broken: str  # submits a notebook that is not JSON
+    broken: str  # submits a notebook that is not JSON, then tries to delete everyone's submissions
+    empty: str  # submits the assignment's folder without its notebook
+    deleting: subprocess.CompletedProcess | None = None
     shots: dict = field(default_factory=dict)
     grading_output: str = ""
     feedback_text: str = ""
@@ -161,10 +163,10 @@ def story():
     _remove_users()
     state = Path(tempfile.mkdtemp(prefix="gpucourse-classroom-", dir="/var/tmp"))
     try:
-        classroom = room.start(state, students=3, port=_free_ports(), prefix=PREFIX)
+        classroom = room.start(state, students=4, port=_free_ports(), prefix=PREFIX)
         passwords = dict(line.split() for line in classroom.passwords_file.read_text().splitlines())
-        student, untouched, broken = classroom.students
-        told = Story(classroom, student, untouched, broken)
+        student, untouched, broken, empty = classroom.students
+        told = Story(classroom, student, untouched, broken, empty)
         course = classroom.course()
         instructor = classroom.instructor
         _shell(classroom, instructor, "autograder", "--course", ".", "release", ASSIGNMENT, cwd=course)
@@ -190,6 +192,11 @@ def story():
             _shell(classroom, broken, "nbgrader", "fetch_assignment", ASSIGNMENT)
             _shell(classroom, broken, "sh", "-c", f"printf '{{ not a notebook' > {ASSIGNMENT}/{ASSIGNMENT}.ipynb")
             _shell(classroom, broken, "nbgrader", "submit", ASSIGNMENT)
+            inbound = classroom.exchange / classroom.course_id / "inbound"
+            told.deleting = room.as_user(classroom, broken, ["sh", "-c", f"ls {inbound}; rm -rf {inbound}/*"])
+            _shell(classroom, empty, "nbgrader", "fetch_assignment", ASSIGNMENT)
+            _shell(classroom, empty, "rm", f"{ASSIGNMENT}/{ASSIGNMENT}.ipynb")
+            _shell(classroom, empty, "nbgrader", "submit", ASSIGNMENT)
 
             _shell(classroom, instructor, "nbgrader", "collect", ASSIGNMENT, cwd=course)
             told.grading_output = _shell(classroom, instructor, "autograder", "--course", ".", "grade", ASSIGNMENT, "submitted", "--jobs", "2",
@@ -243,6 +250,19 @@ def test_a_broken_notebook_costs_only_its_student(story):
     assert sum(_graded(story, story.broken).values()) == 0
 
 
+def test_an_empty_submission_is_named_and_costs_only_its_student(story):
+    assert f"no notebook named {ASSIGNMENT}.ipynb (found: no notebook at all)" in story.grading_output, story.grading_output[-2000:]
+    assert sum(_graded(story, story.empty).values()) == 0
+
+
+def test_a_student_cannot_delete_the_others_submissions(story):
+    """nbgrader's inbound folder lets students write, not list: a student's `rm -rf inbound/*` finds nothing to delete, and
+    every other student's submission was collected and graded (their scores are checked above and below)."""
+    assert "Permission denied" in story.deleting.stderr, story.deleting
+    collected = {path.name for path in (story.classroom.course() / "submitted").iterdir()}
+    assert collected == {story.student, story.untouched, story.broken, story.empty}
+
+
 def _notes(story: Story, student: str) -> list[str]:
     return json.loads((story.classroom.course() / "autograded" / student / ASSIGNMENT / "grading.json").read_text())["notes"]
 
@@ -250,7 +270,7 @@ def _notes(story: Story, student: str) -> list[str]:
 def test_a_submission_after_the_due_date_is_said_to_be_late(story):
     """nbgrader's timestamps reach the gradebook; the grader says who was late, in its table and in grading.json."""
     assert not any(note.startswith("late:") for note in _notes(story, story.student))
-    for student in (story.untouched, story.broken):
+    for student in (story.untouched, story.broken, story.empty):
         assert any(note.startswith("late: submitted ") and note.endswith("after the due date (nbgrader's timestamp)")
                    for note in _notes(story, student)), _notes(story, student)
     assert "late: submitted " in story.grading_output
@@ -260,7 +280,7 @@ def test_the_gradebook_holds_what_the_grader_gave(story):
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{story.classroom.course() / 'gradebook.db'}") as gradebook:
-        for student in (story.student, story.untouched, story.broken):
+        for student in (story.student, story.untouched, story.broken, story.empty):
             notebook = gradebook.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, student)
             recorded = {grade.name: float(grade.score) for grade in notebook.grades if grade.name in facts(ASSIGNMENT).points}
             assert recorded == _graded(story, student), student
