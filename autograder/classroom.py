@@ -102,15 +102,6 @@ class Classroom:
         path.write_text(json.dumps(data, indent=1))
         return path
 
-    @classmethod
-    def load(cls, folder: Path = DEFAULT_STATE) -> Classroom:
-        try:
-            data = json.loads((Path(folder) / "state.json").read_text())
-        except OSError:
-            raise ClassroomError(f"no classroom in {folder}: start one with `make classroom`") from None
-        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
-        return cls(**{**known, "folder": Path(data["folder"])})
-
 
 def as_user(classroom: Classroom, user: str, command: list[str], cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """``command`` run as ``user`` with the environment of their JupyterLab's terminal (output captured)."""
@@ -124,8 +115,6 @@ def start(folder: Path = DEFAULT_STATE, students: int = 2, port: int = 8750, pre
     _require_root()
     folder = Path(folder)
     _install_proxy()
-    import nbgrader  # noqa: F401 - the course's environment must have it (make install)
-
     classroom = Classroom(folder=folder, instructor=f"{prefix}-instructor", students=[f"{prefix}-student{i}" for i in range(1, students + 1)],
                           port=port, hub_port=port + 1, proxy_api_port=port + 2, course_id=_course_id())
     if _hub_running(classroom):
