@@ -352,13 +352,23 @@ def traced(kernel, rows, cols):
     return t
 
 
+def coalesced_sectors(rows, cols):
+    """32-byte sectors that whole warps move reading a rows × cols float32 matrix along its rows, as the naive kernel
+    reads x: one request per 32 consecutive floats of a row, from a 256-byte-aligned start (as cudaMalloc gives)."""
+    total = 0
+    for row in range(rows):
+        for start in range(0, cols, 32):
+            first, last = 4 * (row * cols + start), 4 * (row * cols + min(start + 32, cols)) - 1
+            total += last // 32 - first // 32 + 1
+    return total
+
+
 def least_needed(rows, cols):
     """The least a rows × cols transpose through a shared tile needs, from the naive kernel's coalesced loads:
     loads as it reads x, stores as it would read a cols × rows matrix, and one conflict-free shared
     store and load for each of those warp requests. Totals, so extra work never helps."""
-    reads, writes = traced(transpose_naive, rows, cols), traced(transpose_naive, cols, rows)
-    return {"load": reads.sectors(kind="load"), "store": writes.sectors(kind="load"),
-            "wavefronts": len(reads.requests("global", "load")) + len(writes.requests("global", "load"))}
+    requests = rows * math.ceil(cols / 32) + cols * math.ceil(rows / 32)
+    return {"load": coalesced_sectors(rows, cols), "store": coalesced_sectors(cols, rows), "wavefronts": requests}
 
 
 def check_traced(rows, cols):
@@ -369,7 +379,7 @@ def check_traced(rows, cols):
     got = {"load": tiled.sectors(kind="load"), "store": tiled.sectors(kind="store"), "wavefronts": tiled.wavefronts()}
     for what, figure in got.items():
         unit = "shared-memory wavefronts" if what == "wavefronts" else f"sectors for global {what}s"
-        print(f"{rows}×{cols}: {figure} {unit}, the least needed {least[what]} (modelled from the trace)")
+        print(f"{rows}×{cols}: {figure} {unit}, the least needed {least[what]} (modelled)")
         hint = "pad the tile" if what == "wavefronts" else "each warp should touch 32 consecutive floats"
         assert figure <= MARGIN * least[what], f"{rows}×{cols}: {figure} {unit}, need at most {MARGIN} × {least[what]}: {hint}"
     return True
