@@ -372,7 +372,7 @@ else:
 # ## 7. `F.scaled_dot_product_attention` and its backends
 #
 # PyTorch's documentation of `F.scaled_dot_product_attention` lists three implementations for CUDA tensors: FlashAttention-2, Memory-Efficient Attention (from xFormers), and a C++ "math" implementation written in ordinary ops; all are enabled, and the function picks one from its inputs.
-# `torch.nn.attention.sdpa_kernel([...])` restricts the choice (the documentation of `torch.nn.attention`), which is how to compare them, or to see which one an input can use: with only the flash backend allowed, an input it does not support raises an error that says why.
+# `torch.nn.attention.sdpa_kernel([...])` restricts the choice (the documentation of `torch.nn.attention`), which is how to compare them, or to see which one an input can use: with only one backend allowed, an input it cannot take raises a `RuntimeError` instead of falling back to another.
 # The flash kernels need fp16 or bf16 inputs; fp32 inputs go to the memory-efficient or the math backend (the dispatch checks are in PyTorch's `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`).
 #
 # On a CPU, the profiler shows which ATen op ran:
@@ -396,6 +396,13 @@ def math_backend(q, k, v):
 
 math_only = timing.measure(math_backend, q, k, v, min_run_time=0.05, min_blocks=3, num_threads=THREADS)
 print(f"4 heads, n = 512, d = 64: the default {wording.ms(fused.median)}, the math backend {wording.ms(math_only.median)} ({WHERE})")
+for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH):
+    try:
+        with sdpa_kernel([backend]):
+            F.scaled_dot_product_attention(q, k, v)
+        print(f"only {backend.name} allowed: runs on these CPU tensors")
+    except RuntimeError:
+        print(f"only {backend.name} allowed: RuntimeError, no kernel of it takes CPU tensors")
 
 # %%
 if kernels.gpu_or_explain("each backend's time and peak memory at n = 8192, d = 128, fp16: flash and memory-efficient without the n × n "
@@ -482,6 +489,33 @@ plt.show()
 # And it does little arithmetic: one new token through every weight matrix, and one query against t cached keys.
 # But it must **read every weight** and the whole cache from HBM for that: a matrix-vector product has an arithmetic intensity near 1 FLOP per byte in fp16, so decoding is bound by memory bandwidth.
 # Batching helps because the weights are read once for the whole batch, while each sequence still reads its own cache.
+# Measured here first, with the small layer: one decoding step for a batch of sequences, each with 256 cached tokens, in a cache allocated once:
+
+# %%
+def decode_step_batched(layer, new, keys, values, t):
+    """new: (batch, 1, d_model) tokens; keys, values: (batch, capacity, d_model) caches holding t tokens; fills position t."""
+    q, k, v = layer.qkv(new).chunk(3, dim=-1)
+    keys[:, t:t + 1], values[:, t:t + 1] = k, v
+    return layer.out(F.scaled_dot_product_attention(q, keys[:, :t + 1], values[:, :t + 1]))
+
+
+CACHED, D_MODEL = 256, 256
+per_token = {}
+with torch.no_grad():
+    for batch in (1, 4, 16, 64):
+        keys, values = torch.randn(batch, CACHED + 1, D_MODEL), torch.randn(batch, CACHED + 1, D_MODEL)
+        new = torch.randn(batch, 1, D_MODEL)
+        step = timing.measure(decode_step_batched, layer, new, keys, values, CACHED, min_run_time=0.05, min_blocks=3, num_threads=THREADS)
+        per_token[batch] = step.median / batch
+        print(f"batch {batch:2d}: {wording.ms(step.median)} a step, {per_token[batch] * 1e6:6.1f} µs a token ({WHERE})")
+best = min(per_token, key=per_token.get)
+largest = max(per_token)
+cache_bytes = 2 * largest * (CACHED + 1) * D_MODEL * 4
+print(f"Measured: a token cost {per_token[1] / per_token[best]:.1f}x less at batch {best} than at batch 1; at batch {largest}, whose caches hold "
+      f"{wording.binary_bytes(cache_bytes)}, it took {wording.as_long_as(per_token[largest], per_token[best], 1.1)} at batch {best}: "
+      "the layer's weights and the per-step overheads are shared by the batch, each sequence's cache is not.")
+
+# %% [markdown]
 # Modelled for Llama 2 7B (32 layers, d_model 4096, 6.74 billion parameters, `attention.LLAMA2_7B`) in bf16 on an H100, with 4096 tokens of context per sequence:
 
 # %%
