@@ -134,7 +134,7 @@ plt.show()
 # Its arithmetic intensity tends to 4·n²·d / (4·n²·bytes) = d / bytes FLOPs per byte: 64 for fp16 at d = 128, far below the ridge point of a tensor-core GPU.
 #
 # A tiled implementation keeps a block of queries on chip while every block of keys and values streams past it (section 5 shows how): Q is read once and O written once, and K and V are read once per block of queries.
-# With blocks of 128 queries (FlashAttention-2 picks 64 or 128 by head dimension and shared memory, its §3.3) that is 2·n·d·(1 + n/128) numbers and no n² term: an intensity of about 128 FLOPs per byte in fp16, whatever n.
+# With blocks of 128 queries (FlashAttention-2 picks 64 or 128 by head dimension and shared memory, its §3.3, "Tuning block sizes") that is 2·n·d·(1 + n/128) numbers and no n² term: an intensity of about 128 FLOPs per byte in fp16, whatever n.
 #
 # Re-reading K and V once per block of queries is the tiled kernel's own traffic, and how much of it reaches HBM depends on the L2 cache: the blocks of queries run at the same time read the same K and V blocks, and one head's K and V at n = 8192, d = 128 (4 MiB in fp16) fit in an A100's 40 MB of L2.
 # So the model below (`gpucourse.attention`: a roofline, `max(FLOPs / peak, bytes / bandwidth)`) gives the tiled kernel two bounds: every re-read from HBM (no help from L2), and K and V read from HBM once (every re-read served by L2, `block_q = n`).
@@ -169,7 +169,7 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The model ignores the L2 cache, which on a real card serves part of the repeated K and V reads, so the tiled kernel does better than the dashed roofline says; FlashAttention-2 reports its forward pass at 50-73 % of an A100's theoretical peak FLOP/s (Dao, 2023, abstract).
+# The model ignores the L2 cache, which on a real card serves part of the repeated K and V reads, so the tiled kernel does better than the dashed roofline says; FlashAttention-2 reports 50-73 % of an A100's theoretical peak FLOP/s (Dao, 2023, abstract).
 # Tiling needs one thing the three steps do not seem to allow: the softmax of a row needs the whole row.
 
 # %% [markdown]
@@ -271,6 +271,19 @@ expected = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, k, 
 print(f"n = 300 (not a multiple of the block): largest difference from torch {np.abs(attention_tiled(q, k, v) - expected).max():.1e}")
 
 # %% [markdown]
+# The figure shows the schedule on a grid of score tiles, 8 blocks of queries by 8 blocks of keys: one program (on a GPU, one thread block) per row of tiles, visiting its tiles left to right and carrying m, l and acc from each to the next.
+# In **causal** attention (a decoder's: position i attends to positions ≤ i), every score above the diagonal is masked, so the tiles above the diagonal need not be computed at all, and only the diagonal tiles need the mask; Triton's fused-attention tutorial splits its loop the same way.
+
+# %%
+fig, (ax_full, ax_causal) = plt.subplots(1, 2, figsize=(9.6, 3.6))
+full_tiles = plots.attention_tiles(ax_full, 8, causal=False, row=5)
+causal_tiles = plots.attention_tiles(ax_causal, 8, causal=True, row=5)
+plt.tight_layout()
+plt.show()
+print(f"causal: {causal_tiles['computed'] + causal_tiles['diagonal']} of {sum(full_tiles.values())} tiles computed, "
+      f"{causal_tiles['diagonal']} of them masked in part: about half the work of the full attention.")
+
+# %% [markdown]
 # Now the memory, measured: `tracemalloc` records every array NumPy allocates, and its peak is the most memory the call held at once beyond its inputs.
 
 # %%
@@ -367,6 +380,10 @@ if triton:
     print(f"Triton flash forward, n = {n}, d = 32, {where}: largest difference from F.scaled_dot_product_attention {difference:.1e}")
 else:
     print("Triton is missing here: with it, this cell checks a FlashAttention-style forward kernel against F.scaled_dot_product_attention.")
+
+# %% [markdown]
+# Training also needs the backward pass, which needs P.
+# FlashAttention does not store it either: the forward saves only each row's log-sum-exp, m + log l (n numbers a head), and the backward recomputes each tile of S from Q and K and turns it into P with that one number, more FLOPs for fewer bytes (the FlashAttention paper, §3.1, "Recomputation").
 
 # %% [markdown]
 # ## 7. `F.scaled_dot_product_attention` and its backends

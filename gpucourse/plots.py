@@ -920,6 +920,47 @@ def unrolled_recurrence(ax, steps: int = 5):
     return arrows
 
 
+def attention_tiles(ax, blocks: int, *, causal: bool, row: int | None = None, title: str | None = None) -> dict[str, int]:
+    """The tiled attention forward on a ``blocks`` × ``blocks`` grid of score tiles: query blocks down, key blocks
+    across. Each tile is computed (grey), masked in part (the diagonal's, causal only: hatched) or skipped (white,
+    causal only: every score in it is masked). Tiles of query block ``row`` are numbered in the order its loop visits
+    them, with the running (m, l, acc) carried from one to the next. Returns the tiles counted by kind."""
+    if blocks < 1 or (row is not None and not 0 <= row < blocks):
+        raise ValueError(f"need blocks >= 1 and 0 <= row < blocks, got blocks={blocks}, row={row}")
+    counts = {"computed": 0, "diagonal": 0, "skipped": 0}
+    for i in range(blocks):
+        for j in range(blocks):
+            kind = "skipped" if causal and j > i else ("diagonal" if causal and j == i else "computed")
+            counts[kind] += 1
+            colour = {"computed": "0.8", "diagonal": "0.8", "skipped": "white"}[kind]
+            ax.add_patch(_box(j, blocks - 1 - i, 1, 1, colour, hatch="////" if kind == "diagonal" else None))
+    if row is not None:
+        visited = [j for j in range(blocks) if not (causal and j > row)]
+        y = blocks - 1 - row
+        ax.add_patch(_box(0, y, len(visited), 1, "none", edge=SEQUENTIAL_COLOUR, lw=2))
+        for step, j in enumerate(visited, start=1):
+            ax.text(j + 0.5, y + 0.5, str(step), ha="center", va="center", fontsize=MIN_LABEL_POINTS + 1, color=SEQUENTIAL_COLOUR)
+        ax.annotate("(m, l, acc) carried →", (len(visited), y + 0.5), xytext=(4, 0), textcoords="offset points",
+                    va="center", fontsize=MIN_LABEL_POINTS, color=SEQUENTIAL_COLOUR)
+    ax.set_xlim(0, blocks + (3.2 if row is not None else 0))
+    ax.set_ylim(0, blocks)
+    ax.set_aspect("equal")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for side in ax.spines.values():
+        side.set_visible(False)
+    if causal:  # the blank upper triangle has room for it
+        ax.legend(handles=[Patch(facecolor="0.8", edgecolor="0.4", label="computed"),
+                           Patch(facecolor="0.8", edgecolor="0.4", hatch="////", label="masked in part"),
+                           Patch(facecolor="white", edgecolor="0.4", label="skipped: all masked")],
+                  loc="upper right", fontsize=MIN_LABEL_POINTS, framealpha=1.0)
+    ax.set_xlabel("key and value blocks →")
+    ax.set_ylabel("← query blocks")
+    ax.set_title(title or f"{'causal' if causal else 'full'}: {counts['computed'] + counts['diagonal']} of {blocks * blocks} tiles computed",
+                 fontsize=10)
+    return counts
+
+
 def training_curves(ax_loss, ax_accuracy, history, *, label: str, unit: str = "epoch", total: int | None = None):
     """Loss and test accuracy per ``unit`` (an epoch, a step) from ``history``, a list of (epoch, loss, accuracy).
     ``ax_accuracy`` None: the loss alone (a language model has no accuracy to show).

@@ -840,6 +840,18 @@ def test_unrolled_recurrence_draws_an_input_and_a_state_arrow_per_step():
     plt.close(fig)
 
 
+def test_attention_tiles_skip_the_tiles_above_the_diagonal_and_number_one_rows_visits():
+    fig, (ax_full, ax_causal) = plt.subplots(1, 2)
+    assert plots.attention_tiles(ax_full, 4, causal=False, row=2) == {"computed": 16, "diagonal": 0, "skipped": 0}
+    assert plots.attention_tiles(ax_causal, 4, causal=True, row=2) == {"computed": 6, "diagonal": 4, "skipped": 6}
+    visits = lambda ax: [text.get_text() for text in ax.texts if text.get_text().isdigit()]  # noqa: E731
+    assert visits(ax_full) == ["1", "2", "3", "4"] and visits(ax_causal) == ["1", "2", "3"], "row 2 of a causal grid stops at its diagonal"
+    assert "10 of 16 tiles computed" in ax_causal.get_title() and ax_causal.get_legend() is not None and ax_full.get_legend() is None
+    with pytest.raises(ValueError, match="0 <= row < blocks"):
+        plots.attention_tiles(ax_full, 4, causal=True, row=4)
+    plt.close(fig)
+
+
 def test_training_curves_draw_one_curve_per_named_loss():
     """A GAN's two losses: one line each, named in the legend and in the title."""
     fig, ax_loss = plt.subplots()
