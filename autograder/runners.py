@@ -107,12 +107,36 @@ def answers_runner(worker, names) -> RunnerSpec:
     return RunnerSpec(f"answers-{_digest(cells)}", [*worker.setup[0], *cells])
 
 
+def memory_cap_cell(budget_bytes: int) -> str:
+    """The grader's cell that caps a runner's memory before any answer cell runs: RLIMIT_DATA, the kernel's limit on a
+    process's private writable memory (the heap and anonymous mappings, where NumPy's and torch's arrays live; not the
+    libraries' code, nor a GPU driver's address-space reservations), set to what the process uses now plus
+    ``budget_bytes``, soft and hard. Code that runs later cannot raise it: the worker has no CAP_SYS_RESOURCE."""
+    return ("import resource as _resource\n"
+            "with open('/proc/self/status') as _status:\n"
+            "    _used = next(int(_line.split()[1]) * 1024 for _line in _status if _line.startswith('VmData:'))\n"
+            f"_resource.setrlimit(_resource.RLIMIT_DATA, (_used + {int(budget_bytes)}, _used + {int(budget_bytes)}))\n"
+            "del _resource, _status, _used\n")
+
+
+def capped_runner(worker, name: str, budget_bytes: int) -> RunnerSpec:
+    """A process holding only the assignment's setup cells, then the grader's memory cap (:func:`memory_cap_cell`),
+    then the answer cells that define ``name`` and the other answers they call: where a call may allocate at most
+    ``budget_bytes`` beyond what the setup left, its inputs and outputs included. The kernel enforces the cap (an
+    allocation past it fails: NumPy raises MemoryError, torch a RuntimeError); no answer cell ran before it was set."""
+    if budget_bytes < 1:
+        raise ValueError(f"a memory budget must be positive, got {budget_bytes}")
+    cells = answer_cells(worker, (name,))
+    return RunnerSpec(f"capped-{int(budget_bytes)}-{_digest(cells)}", [*worker.setup[0], memory_cap_cell(budget_bytes), *cells])
+
+
 # kind -> how a worker's runner of that kind is made: (the student's StudentWorker, *arguments) -> RunnerSpec
 RUNNERS = {
     "kernel": kernel_runner,  # (source, simulated): a kernel's launches (KernelLaunch)
     "profile": profile_runner,  # (names, item_deadline=None): counted and torch-only calls (call_profiled, torch_only, answers_only gated)
     "njit": njit_runner,  # (name): njit-only calls and intrinsic counts (njit_only, mma_calls, mma_counted)
     "answers": answers_runner,  # (names): a setup function driving the answers (answers_only)
+    "capped": capped_runner,  # (name, budget_bytes): calls under a memory cap (memory_capped)
 }
 
 

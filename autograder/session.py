@@ -118,6 +118,7 @@ class StudentWorker:
         self.grader_side_names: set[str] = set()  # what the grader-side setup cells define (Plan.grader_side_names)
         self.clock = clock or FairClock(self.pids)
         self.skipped: set[int] = set()
+        self.raised: set[int] = set()  # cells that raised when they ran (the grader's own cells among them tell a runner it is broken)
         self.retried: set[int] = set()
         self.load_notes: list[str] = []
         self.missing_because: dict[str, str] = {}  # a name a failed cell should have defined -> why it is missing
@@ -172,6 +173,7 @@ class StudentWorker:
                     self.stop()
                     break
                 if reply[0] == Reply.RAISE:
+                    self.raised.add(index)
                     error = last_line(reply[2])
                     self.note(f"{self._label(index)} raised {error}")
                     self._explain_missing(index, f"raised earlier: {self._label(index)}: {error}")

@@ -27,7 +27,7 @@ from gpucourse.triton_compiler import describe_signature as describe_triton_sign
 from gpucourse.triton_compiler import signature_descriptor as triton_signature_descriptor
 from gpucourse.triton_compiler import triton_compile_report
 
-from . import protocol, sandbox
+from . import protocol, runners, sandbox
 from .clock import tree_cpu_seconds
 from .loading import drive
 from .protocol import Request
@@ -76,6 +76,16 @@ class StudentFunction(GraderStandIn):
         """This function as it runs in its ``njit`` runner: calls and timed blocks go there, where only the setup
         cells and its checked answer cell ran."""
         return StudentFunction(self.worker.runner("njit", self.name), self.name, self.item_deadline)
+
+    def memory_capped(self, budget_bytes: int) -> StudentFunction:
+        """This function as it runs in its ``capped`` runner (:mod:`autograder.runners`): calls go there, where the
+        grader's cell capped the process's memory before the answer cells ran; that cell's reply came before any of
+        theirs, so a cap that could not be set is the grader's failure, never a pass."""
+        runner = self.worker.runner("capped", self.name, int(budget_bytes))
+        cap = runners.memory_cap_cell(int(budget_bytes))
+        if any(runner.cells[index] == cap for index in runner.raised | runner.skipped):
+            raise GraderError(f"{self.name}: the grader could not cap its runner's memory (its cap cell failed)")
+        return StudentFunction(runner, self.name, self.item_deadline)
 
     def mma_calls(self, a, b) -> int:
         """How many times ``self(a, b, mma)`` calls the intrinsic, after checking (here) that the calls did all

@@ -305,6 +305,43 @@ def njit_only(fn):
     return fn
 
 
+def memory_capped(fn, budget_bytes: int):
+    """``fn``, each call allowed at most ``budget_bytes`` of memory beyond what was in use before it (module 11: a tiled
+    attention must not hold an n × n array).
+
+    Under grading, the returned stand-in calls the function in a process that holds only the setup cells and its answer
+    cells, whose memory the grader capped before they ran: an allocation past the cap fails there, whatever allocates it.
+    Here, in a notebook, each call is measured with :mod:`tracemalloc`, which sees NumPy's arrays and Python's objects but
+    not torch's tensors, and a call whose peak passes the budget raises AssertionError.
+    """
+    trusted = stand_in_hook(fn, "memory_capped")
+    if trusted is not None:
+        return trusted(int(budget_bytes))
+    name = getattr(fn, "__name__", "the function")
+
+    @functools.wraps(fn)
+    def measured(*args, **kwargs):
+        import tracemalloc
+
+        already = tracemalloc.is_tracing()
+        if not already:
+            tracemalloc.start()
+        tracemalloc.reset_peak()
+        start = tracemalloc.get_traced_memory()[0]
+        try:
+            output = fn(*args, **kwargs)
+            peak = tracemalloc.get_traced_memory()[1] - start
+        finally:
+            if not already:
+                tracemalloc.stop()
+        if peak > budget_bytes:
+            raise AssertionError(f"{name} allocated {peak / 2**20:.1f} MiB at its peak, more than its budget of "
+                                 f"{budget_bytes / 2**20:.1f} MiB (measured here with tracemalloc; the grader caps the process)")
+        return output
+
+    return measured
+
+
 def torch_only(fn):
     """``fn``, held to being torch operations in its answer cell (module 09's ``lstm_forward_fast``): a cell that
     passes :mod:`gpucourse.gates.torch_gate` (torch's operators, ``torch.nn.functional``, ``math``, ``torch.compile``

@@ -52,6 +52,13 @@ class GraderStandIn(Protocol):
         raise NotImplementedError(f"{type(self).__name__} has no njit_only hook")
 
     @_hook
+    def memory_capped(self, budget_bytes: int):
+        """The function as it runs where only the setup cells and its answer cells ran, after the grader capped that
+        process's memory at ``budget_bytes`` beyond what the setup used (a call that allocates more fails there).
+        Called by :func:`gpucourse.check.memory_capped`."""
+        raise NotImplementedError(f"{type(self).__name__} has no memory_capped hook")
+
+    @_hook
     def mma_calls(self, a, b) -> int:
         """How many times ``self(a, b, mma)`` calls the intrinsic, logged where only its checked cell ran and checked
         by the grader. Called by :func:`gpucourse.check.mma_calls`."""

@@ -243,3 +243,19 @@ def test_the_filter_is_installed_only_in_an_ipython_shell_without_another_handle
     IPython.shell = Shell()
     monkeypatch.setenv(check.FULL_TRACEBACKS_ENV, "1")
     assert not check.hide_course_frames_in_ipython()  # staff debugging the course see every frame
+
+
+def test_memory_capped_in_a_notebook_measures_numpy_and_refuses_a_call_past_its_budget():
+    """Outside grading, memory_capped measures each call with tracemalloc (NumPy's arrays are seen)."""
+    import numpy as np
+
+    def square(n):
+        return float(np.ones((n, n), dtype=np.float32).sum())
+
+    def linear(n):
+        return float(np.ones((n, 8), dtype=np.float32).sum())
+
+    budget = 2**20  # 1 MiB: a 1024 x 1024 float32 array is 4 MiB
+    assert check.memory_capped(linear, budget)(1024) == 8192.0
+    with pytest.raises(AssertionError, match=r"square allocated 4\.0 MiB at its peak, more than its budget of 1\.0 MiB"):
+        check.memory_capped(square, budget)(1024)
