@@ -16,7 +16,7 @@ import hashlib
 from dataclasses import dataclass
 
 from gpucourse import devices
-from gpucourse.gates import njit_gate, torch_gate
+from gpucourse.gates import njit_gate, numpy_gate, torch_gate
 from gpucourse.kernel_text import KernelSource
 
 from .skeleton import defined_names, free_names
@@ -99,6 +99,17 @@ def njit_runner(worker, name: str) -> RunnerSpec:
     return RunnerSpec(f"njit-{_digest([cell])}", [*worker.setup[0], cell])
 
 
+def numpy_runner(worker, name: str) -> RunnerSpec:
+    """A process holding only the assignment's setup cells and the answer cell that defines ``name``, checked first
+    to be NumPy code alone (:mod:`gpucourse.gates.numpy_gate`): where the grader calls and times the function."""
+    cell = answer_cell(worker, name)
+    try:
+        numpy_gate.check_numpy_only(cell)
+    except numpy_gate.NotNumpyOnly as refused:
+        raise Refused(f"{name}: its cell is not NumPy code alone ({refused})") from None
+    return RunnerSpec(f"numpy-{_digest([cell])}", [*worker.setup[0], cell])
+
+
 def answers_runner(worker, names) -> RunnerSpec:
     """A process holding only the assignment's setup cells and the answer cells that define ``names`` and the
     other answers they call: where a setup function that drives those answers runs (it trains the student's
@@ -111,12 +122,21 @@ def memory_cap_cell(budget_bytes: int) -> str:
     """The grader's cell that caps a runner's memory before any answer cell runs: RLIMIT_DATA, the kernel's limit on a
     process's private writable memory (the heap and anonymous mappings, where NumPy's and torch's arrays live; not the
     libraries' code, nor a GPU driver's address-space reservations), set to what the process uses now plus
-    ``budget_bytes``, soft and hard. Code that runs later cannot raise it: the worker has no CAP_SYS_RESOURCE."""
-    return ("import resource as _resource\n"
+    ``budget_bytes``, soft and hard. Code that runs later cannot raise it: the worker has no CAP_SYS_RESOURCE.
+    A matmul in NumPy and in torch runs first: the BLAS libraries allocate their work buffers on their first call, and
+    OpenBLAS aborts the process when it cannot (the cap is for the answer's arrays, not for the libraries' buffers)."""
+    return ("import sys as _sys\n"
+            "import numpy as _np\n"
+            "for _dtype in (_np.float32, _np.float64):\n"
+            "    _np.ones((256, 256), _dtype) @ _np.ones((256, 256), _dtype)\n"
+            "if 'torch' in _sys.modules:\n"
+            "    for _dtype in (_sys.modules['torch'].float32, _sys.modules['torch'].float64):\n"
+            "        _sys.modules['torch'].ones(256, 256, dtype=_dtype) @ _sys.modules['torch'].ones(256, 256, dtype=_dtype)\n"
+            "import resource as _resource\n"
             "with open('/proc/self/status') as _status:\n"
             "    _used = next(int(_line.split()[1]) * 1024 for _line in _status if _line.startswith('VmData:'))\n"
             f"_resource.setrlimit(_resource.RLIMIT_DATA, (_used + {int(budget_bytes)}, _used + {int(budget_bytes)}))\n"
-            "del _resource, _status, _used\n")
+            "del _sys, _np, _dtype, _resource, _status, _used\n")
 
 
 def capped_runner(worker, name: str, budget_bytes: int) -> RunnerSpec:
@@ -135,6 +155,7 @@ RUNNERS = {
     "kernel": kernel_runner,  # (source, simulated): a kernel's launches (KernelLaunch)
     "profile": profile_runner,  # (names, item_deadline=None): counted and torch-only calls (call_profiled, torch_only, answers_only gated)
     "njit": njit_runner,  # (name): njit-only calls and intrinsic counts (njit_only, mma_calls, mma_counted)
+    "numpy": numpy_runner,  # (name): NumPy-only calls (numpy_only)
     "answers": answers_runner,  # (names): a setup function driving the answers (answers_only)
     "capped": capped_runner,  # (name, budget_bytes): calls under a memory cap (memory_capped)
 }

@@ -77,6 +77,11 @@ class StudentFunction(GraderStandIn):
         cells and its checked answer cell ran."""
         return StudentFunction(self.worker.runner("njit", self.name), self.name, self.item_deadline)
 
+    def numpy_only(self) -> StudentFunction:
+        """This function as it runs in its ``numpy`` runner: calls and timed blocks go there, where only the setup
+        cells and its checked answer cell ran."""
+        return StudentFunction(self.worker.runner("numpy", self.name), self.name, self.item_deadline)
+
     def memory_capped(self, budget_bytes: int) -> StudentFunction:
         """This function as it runs in its ``capped`` runner (:mod:`autograder.runners`): calls go there, where the
         grader's cell capped the process's memory before the answer cells ran; that cell's reply came before any of

@@ -305,6 +305,30 @@ def njit_only(fn):
     return fn
 
 
+def numpy_only(fn):
+    """``fn``, held to being its answer cell's own NumPy code (module 11): a plain function whose cell passes
+    :mod:`gpucourse.gates.numpy_gate` (NumPy and math only, no torch, no other code; the message names the line).
+
+    Under grading, the returned stand-in calls and times the function in a process that holds only the setup cells and
+    that cell (the course's evidence rule); here the cell is checked as the grader will.
+    """
+    trusted = stand_in_hook(fn, "numpy_only")
+    if trusted is not None:
+        return trusted()
+    name = getattr(fn, "__name__", "the function")
+    written(fn)  # an untouched answer: its stub's message first
+    cell = _cell_source(fn, name)
+    if not cell:
+        return fn
+    from .gates.numpy_gate import NotNumpyOnly, check_numpy_only
+
+    try:
+        check_numpy_only(cell)
+    except NotNumpyOnly as refused:
+        raise AssertionError(f"{name}: the grader will refuse its cell: {refused}") from None
+    return fn
+
+
 def memory_capped(fn, budget_bytes: int):
     """``fn``, each call allowed at most ``budget_bytes`` of memory beyond what was in use before it (module 11: a tiled
     attention must not hold an n × n array).

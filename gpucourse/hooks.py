@@ -52,6 +52,12 @@ class GraderStandIn(Protocol):
         raise NotImplementedError(f"{type(self).__name__} has no njit_only hook")
 
     @_hook
+    def numpy_only(self):
+        """The function as it runs where only the setup cells and its answer cell, checked to be NumPy code alone, ran.
+        Called by :func:`gpucourse.check.numpy_only`."""
+        raise NotImplementedError(f"{type(self).__name__} has no numpy_only hook")
+
+    @_hook
     def memory_capped(self, budget_bytes: int):
         """The function as it runs where only the setup cells and its answer cells ran, after the grader capped that
         process's memory at ``budget_bytes`` beyond what the setup used (a call that allocates more fails there).

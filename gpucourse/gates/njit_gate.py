@@ -54,13 +54,17 @@ def check_own_loops(text: str) -> None:
 class _OwnLoops(Walker):
     statements_rule = "a {} statement is not allowed in these functions"
     targets_rule = "only local names, and items of local arrays, may be assigned to"
+    # What a function may call and read; :mod:`.numpy_gate` allows more of NumPy on the same walk.
+    numpy_functions, array_attributes, builtins = _NUMPY_FUNCTIONS, _ARRAY_ATTRIBUTES, _BUILTINS
+    numpy_rule = "every multiply-add must be your own loop"
+    top_level_rule = "only imports, literal constants and @njit functions may stand outside a function here"
 
     def top_level_other(self, statement: ast.stmt) -> None:
         if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name) \
                 and is_literal(statement.value):
             self.scope.constants.add(self.name(statement.targets[0].id, statement))
         else:
-            refuse(statement, "only imports, literal constants and @njit functions may stand outside a function here")
+            refuse(statement, self.top_level_rule)
 
     def imports(self, statement: ast.Import | ast.ImportFrom) -> None:
         if isinstance(statement, ast.ImportFrom):
@@ -73,17 +77,20 @@ class _OwnLoops(Walker):
             self.scope.modules[self.name(bound, statement)] = _IMPORTS[dotted]
 
     def function(self, definition: ast.FunctionDef) -> None:
-        if len(definition.decorator_list) != 1 or not self._is_njit(definition.decorator_list[0]):
-            refuse(definition, f"{definition.name} must be compiled with @njit (and nothing else): the grader times your loops, compiled")
+        self.decorators(definition)
         literal_defaults(definition, "a default argument must be a literal")
         annotated = [a.annotation for a in parameters(definition) if a.annotation is not None] + [definition.returns] * bool(definition.returns)
-        if annotated:  # annotations run when the def does, outside the compiled loops; numba needs none
-            refuse(annotated[0], f"{definition.name} has annotations: an @njit function needs none (they would run as Python)")
+        if annotated:  # annotations run when the def does, and are not walked; numba needs none
+            refuse(annotated[0], f"{definition.name} has annotations: they are not allowed here (they would run as Python)")
         names = {self.name(a.arg, definition) for a in parameters(definition)}
         names |= {n.id for n in ast.walk(definition) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         with self.scope.frame(names):
             for statement in definition.body:
                 self.statement(statement)
+
+    def decorators(self, definition: ast.FunctionDef) -> None:
+        if len(definition.decorator_list) != 1 or not self._is_njit(definition.decorator_list[0]):
+            refuse(definition, f"{definition.name} must be compiled with @njit (and nothing else): the grader times your loops, compiled")
 
     def _is_njit(self, node: ast.expr) -> bool:
         call = node if isinstance(node, ast.Call) else None
@@ -108,7 +115,7 @@ class _OwnLoops(Walker):
 
     def load(self, node: ast.Name) -> None:
         name, scope = self.name(node.id, node), self.scope
-        if scope.is_local(name) or name in scope.functions or name in scope.constants or name in _BUILTINS:
+        if scope.is_local(name) or name in scope.functions or name in scope.constants or name in self.builtins:
             return
         if name in scope.modules:
             refuse(node, f"`{name}` is a module: use the functions of it that are allowed")
@@ -128,10 +135,10 @@ class _OwnLoops(Walker):
         self.attribute_name(node)
         if isinstance(node.value, ast.Name) and node.value.id in self.scope.modules and not self.scope.is_local(node.value.id):
             module = self.scope.modules[node.value.id]
-            if module == "numpy" and node.attr in _NUMPY_FUNCTIONS or module == "math":
+            if module == "numpy" and node.attr in self.numpy_functions or module == "math":
                 return
-            refuse(node, f"`{ast.unparse(node)}` is not allowed here (of NumPy, only {', '.join(sorted(_NUMPY_FUNCTIONS))}): "
-                         "every multiply-add must be your own loop")
-        if node.attr not in _ARRAY_ATTRIBUTES:
-            refuse(node, f"`.{node.attr}` is not allowed here (arrays: {', '.join(sorted(_ARRAY_ATTRIBUTES))})")
+            refuse(node, f"`{ast.unparse(node)}` is not allowed here (of NumPy, only {', '.join(sorted(self.numpy_functions))}): "
+                         f"{self.numpy_rule}")
+        if node.attr not in self.array_attributes:
+            refuse(node, f"`.{node.attr}` is not allowed here (arrays: {', '.join(sorted(self.array_attributes))})")
         self.expression(node.value)

@@ -19,7 +19,8 @@ TEST = "capped = check.memory_capped(attend, BUDGET)\nassert capped(4096) > 0\na
 
 SQUARE_NUMPY = "import numpy as np\n\n\ndef attend(n):\n    return float(np.ones((n, n), dtype=np.float32).sum())\n"
 SQUARE_TORCH = "import torch\n\n\ndef attend(n):\n    return float(torch.ones(n, n).sum())\n"
-LINEAR = "import numpy as np\n\n\ndef attend(n):\n    return float(np.ones((n, 64), dtype=np.float32).sum())\n"
+# O(n) memory, and a BLAS matmul (whose library allocates its buffers on a first call: the grader's cap cell made it).
+LINEAR = "import numpy as np\n\n\ndef attend(n):\n    x = np.ones((n, 64), dtype=np.float32)\n    return float((x.T @ x).sum())\n"
 # Tries to lift the cap when its cell runs (after the grader's): the kernel refuses to raise a hard limit.
 LIFTS_THE_CAP = ("import resource\ntry:\n    resource.setrlimit(resource.RLIMIT_DATA, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n"
                  "except (ValueError, OSError):\n    pass\n\n\n" + SQUARE_NUMPY)
