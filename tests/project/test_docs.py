@@ -16,7 +16,6 @@ MAX_LINE = 160  # ruff's limit for code, so prose and code wrap alike
 MAX_WORDS = 4000  # about 15 minutes of reading
 TOP_FOLDERS = ("autograder", "gpucourse", "tests", "scripts", "docs", "course", "solutions", "assignments", ".ci")
 # The worked example of docs/authoring.md's "How to add a gate": a gate that does not exist, on purpose.
-HYPOTHETICAL = {"gpucourse/gates/numpy_gate.py"}
 
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 INLINE = re.compile(r"`([^`\n]+)`")
@@ -60,9 +59,9 @@ def test_the_authoring_guide_is_at_most_4000_words():
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda doc: doc.name)
 def test_every_repository_path_named_exists(doc):
-    """Every repository path the doc names in backticks exists (the worked example's hypothetical gate excepted)."""
+    """Every repository path the doc names in backticks exists."""
     named = repository_paths(doc.read_text())
-    missing = sorted(path for path in named - HYPOTHETICAL if not exists(path))
+    missing = sorted(path for path in named if not exists(path))
     assert not missing, f"{doc.name} names paths that do not exist: {missing}"
 
 
@@ -73,4 +72,3 @@ def test_the_path_finder_sees_what_a_doc_names():
     assert repository_paths(text) == {"scripts/gpu_check.sh", "tests/test_x.py", "course/NN_topic.py", "scripts/ci_profile/cpu_by_test.py"}
     assert exists("course/NN_topic.py") and exists("solutions/NN_topic/") and exists("scripts/ci_profile/")
     assert not exists("course/NN_no_such_topic.py") and not exists("autograder/no_such_module.py")
-    assert not any(exists(path) for path in HYPOTHETICAL), "the worked example's gate exists now: drop it from HYPOTHETICAL"
