@@ -587,3 +587,5 @@ print(f"shifted by the maximum, summed in float32: largest difference from the f
 # - `F.scaled_dot_product_attention` already does this (its flash and memory-efficient backends on a GPU, a fused kernel on a CPU); the math backend is the three steps.
 # - Decoding reads all the weights and the cache for one token per sequence: it is bound by memory bandwidth, batching shares the weights' reads but not the caches', and the caches' size limits the batch.
 # - fp16 and bf16 attention stays finite because of the running maximum, and accurate because the sums stay in float32.
+#
+# The assignment (`assignments/11_attention/11_attention.ipynb`) asks you to write the three steps, the online softmax's update and the tiled forward yourself, and grades the tiled forward on its values, on the memory one call may take (capped by the grader) and on what skipping the causal tiles saves.

@@ -28,12 +28,19 @@ from .hooks import stand_in_hook
 
 @contextlib.contextmanager
 def fixed_threads(num_threads: int | None) -> Iterator[None]:
-    """Run the block with torch using exactly ``num_threads`` CPU threads (None: leave as is)."""
-    previous = torch.get_num_threads()
-    if num_threads is not None:
-        torch.set_num_threads(num_threads)
-    try:
+    """Run the block with torch, and NumPy's BLAS, using exactly ``num_threads`` CPU threads (None: leave as is).
+    The grader's workers run one BLAS thread; a notebook's NumPy would otherwise use every core for a large matmul
+    and one for a small one, and a timing would differ from the grader's by the machine's core count."""
+    if num_threads is None:
         yield
+        return
+    from threadpoolctl import threadpool_limits  # scikit-learn's dependency, so always installed with the course
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        with threadpool_limits(limits=num_threads, user_api="blas"):
+            yield
     finally:
         torch.set_num_threads(previous)
 

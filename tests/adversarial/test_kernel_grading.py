@@ -1372,9 +1372,65 @@ VARIANTS_10 = {
 # each item its own); a correct one (reason None) must pass them all. An answer that replaces several cells
 # at once (the standard answers of docs/authoring.md §5: the locked baseline, a do-nothing answer, a hand-set
 # one) gives a tuple of cells and a tuple of codes, one per cell.
+FLASH_SIGNATURE = "def flash_attention_forward(q, k, v, block=64, causal=False):\n"
+FLASH_ITEMS = ("test_flash_correct", "test_flash_memory", "test_flash_causal_speed")
+# The tiled loop with its running statistics, minus the causal part: {tiles} picks the key blocks, {mask} masks a tile.
+TILED = FLASH_SIGNATURE + (
+    "    n, d = q.shape\n    out = np.empty_like(q)\n"
+    "    for start in range(0, n, block):\n        stop = min(start + block, n)\n        qi = q[start:stop] / np.float32(math.sqrt(d))\n"
+    "        m = np.full(stop - start, -np.inf, dtype=np.float32)\n        l = np.zeros(stop - start, dtype=np.float32)\n"
+    "        acc = np.zeros((stop - start, d), dtype=np.float32)\n"
+    "        for key in range({tiles}):\n            s = qi @ k[key:key + block].T\n"
+    "            if causal:\n                s = np.where(np.arange(start, stop)[:, np.newaxis] >= np.arange(key, min(key + block, n)), s, -np.inf)\n"
+    "            m_new = np.maximum(m, s.max(axis=1))\n            p = np.exp(s - m_new[:, np.newaxis])\n"
+    "            rescale = np.exp(m - m_new)\n            l = l * rescale + p.sum(axis=1)\n"
+    "            acc = acc * rescale[:, np.newaxis] + p @ v[key:key + block]\n            m = m_new\n"
+    "        out[start:stop] = acc / l[:, np.newaxis]\n    return out\n")
+VARIANTS_11 = {
+    # The locked baseline as the answer: its cell calls a setup function, which the NumPy gate refuses.
+    "standard_baseline": ("flash_attention_forward", FLASH_SIGNATURE + "    return attention_three_steps_numpy(q, k, v, causal)\n",
+                          FLASH_ITEMS, "not NumPy code alone"),
+    "standard_do_nothing": ("flash_attention_forward", FLASH_SIGNATURE + "    return np.zeros_like(q)\n", FLASH_ITEMS, "values differ"),
+    # Right for a first block (the visible test's first check), blind to the state it is given.
+    "standard_hand_set": ("online_softmax_update", (
+        "def online_softmax_update(m, l, scores):\n    top = scores.max(dim=1).values\n"
+        "    return top, torch.exp(scores - top[:, None]).sum(dim=1)\n"), "test_online_softmax", "values differ"),
+    # The fused op: the values are right, the three steps are not there.
+    "calls_sdpa": ("attention_naive", "def attention_naive(q, k, v, causal=False):\n    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)\n",
+                   ("test_attention_naive", "test_attention_naive_causal"), "write the three steps yourself"),
+    "no_causal_mask": ("attention_naive", ("def attention_naive(q, k, v, causal=False):\n"
+                                           "    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v\n"),
+                       "test_attention_naive_causal", "values differ"),
+    # Keeps every block it was handed and recomputes from them: right on one stream from an empty state, wrong from a state
+    # the grader computed on scores it never handed over, and on two streams handed over in turn.
+    "keeps_the_blocks": ("online_softmax_update", (
+        "SEEN = []\n\n\ndef online_softmax_update(m, l, scores):\n    SEEN.append(scores)\n    row = torch.cat(SEEN, dim=1)\n"
+        "    top = row.max(dim=1).values\n    return top, torch.exp(row - top[:, None]).sum(dim=1)\n"), "test_online_softmax", "values differ"),
+    # SDPA inside the "flash" answer (the CPU's fused kernel: right values, little memory): the NumPy gate refuses torch.
+    "flash_calls_sdpa": ("flash_attention_forward", "import torch\n\n\n" + FLASH_SIGNATURE + (
+        "    t = [torch.from_numpy(a) for a in (q, k, v)]\n    return torch.nn.functional.scaled_dot_product_attention(*t, is_causal=causal).numpy()\n"),
+        FLASH_ITEMS, "may import only numpy and math"),
+    # The three steps copied into the cell: NumPy alone and right, but the (n, n) scores break the cap, and nothing is skipped.
+    "three_steps_copied": ("flash_attention_forward", FLASH_SIGNATURE + (
+        "    s = q @ k.T / np.float32(math.sqrt(q.shape[1]))\n    if causal:\n"
+        "        s = np.where(np.arange(len(q))[:, np.newaxis] >= np.arange(len(k)), s, -np.inf)\n"
+        "    p = np.exp(s - s.max(axis=1)[:, np.newaxis])\n    return (p / p.sum(axis=1)[:, np.newaxis]) @ v\n"),
+        ("test_flash_memory", "test_flash_causal_speed"), {"test_flash_memory": "Unable to allocate", "test_flash_causal_speed": "need 1.4"}),
+    # Tiled, but every tile is computed and then masked: right values and memory, no causal saving.
+    "masks_every_tile": ("flash_attention_forward", TILED.format(tiles="0, n, block"), "test_flash_causal_speed", "need 1.4"),
+    # A fair answer written otherwise: each block of queries against all its keys at once (block × stop scores), so the tiles
+    # above the diagonal are skipped too, and its memory grows like block × n.
+    "row_blocks": ("flash_attention_forward", FLASH_SIGNATURE + (
+        "    n, d = q.shape\n    out = np.empty_like(q)\n    for start in range(0, n, block):\n        stop = min(start + block, n)\n"
+        "        keys = stop if causal else n\n        s = q[start:stop] @ k[:keys].T / np.float32(math.sqrt(d))\n"
+        "        if causal:\n            s = np.where(np.arange(start, stop)[:, np.newaxis] >= np.arange(keys), s, -np.inf)\n"
+        "        p = np.exp(s - s.max(axis=1)[:, np.newaxis])\n        out[start:stop] = (p / p.sum(axis=1)[:, np.newaxis]) @ v[:keys]\n"
+        "    return out\n"), FLASH_ITEMS, None),
+}
+
 VARIANTS = {"02_architecture": VARIANTS_02, "03_coalescing": VARIANTS_03, "04_divergence": VARIANTS_04, "05_streams": VARIANTS_05,
             "06_profiling_fusion": VARIANTS_06, "07_ml_compilation": VARIANTS_07, "08_cnn": VARIANTS_08, "09_lstm": VARIANTS_09,
-            "10_gan": VARIANTS_10}
+            "10_gan": VARIANTS_10, "11_attention": VARIANTS_11}
 # Cheap items of each module: the first that an answer does not feed is graded too, and must pass.
 UNTOUCHED_ITEMS = {"02_architecture": ("test_register_budget", "test_bias_relu"),
                    "03_coalescing": ("test_tile_conflict_degrees", "test_sectors_per_warp"),
@@ -1384,7 +1440,8 @@ UNTOUCHED_ITEMS = {"02_architecture": ("test_register_budget", "test_bias_relu")
                    "07_ml_compilation": ("test_matmul_flops_bytes", "test_matmul_reordered_correct"),
                    "08_cnn": ("test_maxpool2d_correct", "test_conv2d_correct"),
                    "09_lstm": ("test_lstm_cell", "test_bilstm_forward"),
-                   "10_gan": ("test_mode_coverage", "test_gan_losses")}
+                   "10_gan": ("test_mode_coverage", "test_gan_losses"),
+                   "11_attention": ("test_online_softmax", "test_attention_naive")}
 
 
 def _untouched_item(assignment, cells, items) -> list[str]:
@@ -1506,7 +1563,7 @@ STANDARD_ANSWERS = ("standard_baseline", "standard_do_nothing", "standard_hand_s
 def test_every_module_from_05_has_the_standard_answers():
     """docs/authoring.md §5: each module's items are tried with the locked baseline, a do-nothing answer and a
     hand-set one (the untouched release is graded in test_autograder_cli.py), and each must lose points."""
-    for assignment in ("05_streams", "06_profiling_fusion", "07_ml_compilation", "08_cnn", "09_lstm", "10_gan"):
+    for assignment in ("05_streams", "06_profiling_fusion", "07_ml_compilation", "08_cnn", "09_lstm", "10_gan", "11_attention"):
         missing = [name for name in STANDARD_ANSWERS if name not in VARIANTS[assignment]]
         assert not missing, f"{assignment} lacks {missing}"
         assert all(VARIANTS[assignment][name][3] is not None for name in STANDARD_ANSWERS), f"{assignment}: a standard answer must lose points"

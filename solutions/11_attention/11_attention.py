@@ -1,0 +1,260 @@
+# %% [markdown]
+# # Assignment 11: attention — the three steps, the online softmax, and a tiled forward that never holds the n × n scores
+#
+# This assignment checks the ideas of lecture 11 (`course/11_attention.ipynb`).
+# You will write attention as its three steps in torch, the online softmax's update of its running statistics, and the tiled (FlashAttention-style) forward pass in NumPy: right values, memory that grows like n, and causal attention that skips the tiles it does not need.
+#
+# How it works:
+# - Write your code where a cell says `raise NotImplementedError(...)`; delete that line.
+# - Run the test cell under each answer: a quiet cell means the visible tests passed, an error says what is wrong.
+# - Grading reruns every test cell, plus hidden tests with other sizes, blocks and scales, drawn when graded.
+# - Everything runs on a CPU.
+#
+# Points: 11 autograded.
+
+# %%
+# Setup: on Colab, install the course package first (locally, `make lab` already did).
+import subprocess
+import sys
+
+if "google.colab" in sys.modules:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/gpu-course/gpu-optimization-course"], check=True)
+
+# %% nbgrader={"grade_id": "imports", "locked": true}
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import gpucourse
+from gpucourse import check, timing
+
+print(f"Running on {gpucourse.describe()}")
+torch.seed()  # fresh inputs on every run, the grader's too: no test's inputs are known beforehand
+rng = np.random.default_rng()
+FUSED_OPS = ("scaled_dot_product", "attention")  # an ATen op with one of these in its name is a fused attention kernel
+
+
+def attention_inputs(*shape, dtype=torch.float32):
+    """(q, k, v): three standard normal tensors of ``shape``, (..., n, d)."""
+    return tuple(torch.randn(*shape, dtype=dtype) for _ in range(3))
+
+
+def reference(q, k, v, causal=False):
+    """What F.scaled_dot_product_attention computes, for tensors or NumPy arrays (returned as the same kind)."""
+    if isinstance(q, np.ndarray):
+        return reference(*(torch.from_numpy(a) for a in (q, k, v)), causal=causal).numpy()
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def attention_three_steps_numpy(q, k, v, causal=False):
+    """q, k, v: (n, d) float32 arrays -> (n, d): the three steps in NumPy, S and P as whole (n, n) arrays (the baseline)."""
+    s = q @ k.T / np.float32(math.sqrt(q.shape[1]))
+    if causal:
+        s = np.where(np.arange(len(q))[:, None] >= np.arange(len(k)), s, -np.inf)
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return (p / p.sum(axis=1, keepdims=True)) @ v
+
+
+# %% [markdown]
+# ## Question 1: attention as three steps (3 points)
+#
+# Write `attention_naive(q, k, v, causal=False)` for tensors of shape `(..., n, d)`: the scores $S = QK^\top/\sqrt{d}$, their softmax along each row, and the weighted sum $PV$.
+# With `causal=True`, query i may attend only to keys j ≤ i: mask the scores above the diagonal with $-\infty$ before the softmax (as `F.scaled_dot_product_attention(..., is_causal=True)` does).
+#
+# Graded: the values against `F.scaled_dot_product_attention` without the mask (2 points) and with it (1 point), on shapes and dtypes drawn when graded (odd lengths, batch and head dimensions, float64).
+# Each item also counts the ATen ops one call runs (with `torch.compile` off) and fails on any fused attention op (a name holding `scaled_dot_product` or `attention`): the three steps are the point.
+# When graded, your function is counted in a fresh process holding only the setup cells and its answer cell, checked first to be torch operations (imports of `torch`, `torch.nn.functional` and `math`, functions and literal constants only).
+#
+# About 6 lines.
+
+# %% nbgrader={"grade_id": "attention_naive", "solution": true}
+def attention_naive(q, k, v, causal=False):
+    """q, k, v: (..., n, d) tensors -> (..., n, d): softmax(q kᵀ / √d) v, scores above the diagonal masked when ``causal``."""
+    ### BEGIN SOLUTION
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        n = q.shape[-2]
+        above = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)  # key j > query i
+        scores = scores.masked_fill(above, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade_id": "naive_setup", "locked": true}
+def check_naive(fn, shape, dtype, causal):
+    """One counted call of ``fn`` (attention_naive) on fresh inputs: its values and its ops."""
+    q, k, v = attention_inputs(*shape, dtype=dtype)
+    output, ops = check.counted_call(fn, q, k, v, causal, counter=check.top_level_ops, top_level=True, eager=True)
+    fused = sorted(op for op in ops if any(word in op for word in FUSED_OPS))
+    assert not fused, f"attention_naive ran {fused}: write the three steps yourself"
+    tolerance = {torch.float32: 1e-5, torch.float64: 1e-10}[dtype]
+    check.assert_close(output, reference(q, k, v, causal), rtol=tolerance, atol=tolerance,
+                       name=f"attention_naive on {tuple(shape)} {dtype}, causal={causal}")
+
+
+# %% nbgrader={"grade_id": "test_attention_naive", "grade": true, "points": 2}
+"""attention_naive matches F.scaled_dot_product_attention, with no fused attention op."""
+check_naive(attention_naive, (2, 3, 50, 16), torch.float32, causal=False)
+### BEGIN HIDDEN TESTS
+check_naive(attention_naive, (int(rng.integers(33, 98)) | 1, 8), torch.float64, causal=False)
+check_naive(attention_naive, (3, 2, int(rng.integers(20, 60)), 24), torch.float32, causal=False)
+check_naive(attention_naive, (1, 1, 4), torch.float32, causal=False)
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "test_attention_naive_causal", "grade": true, "points": 1}
+"""attention_naive with causal=True matches F.scaled_dot_product_attention(..., is_causal=True), with no fused op."""
+check_naive(attention_naive, (2, 3, 50, 16), torch.float32, causal=True)
+### BEGIN HIDDEN TESTS
+check_naive(attention_naive, (int(rng.integers(33, 98)) | 1, 8), torch.float64, causal=True)
+check_naive(attention_naive, (3, 2, int(rng.integers(20, 60)), 24), torch.float32, causal=True)
+check_naive(attention_naive, (1, 1, 4), torch.float32, causal=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Question 2: the online softmax's update (2 points)
+#
+# A row of scores arrives a block at a time, and its softmax needs two numbers per row: the maximum so far, m, and the sum so far of $e^{s_j - m}$, l (before any block, m = −∞ and l = 0).
+# Write `online_softmax_update(m, l, scores)`: `m` and `l` are `(rows,)` float64 tensors, `scores` is the next `(rows, b)` block of each row's scores; return the new `(m, l)` after that block, as lecture 11 (section 4) derives them.
+# Keep nothing else: the state is the two tensors you return.
+#
+# Graded: after every block, both numbers against the row's scores so far, on blocks of widths drawn when graded, on scores large enough that $e^{s}$ overflows float64 without the maximum, from states the grader computed on scores it never hands over, and on two streams whose blocks the grader hands over in turn (block 1 of one, block 1 of the other, block 2 of the first, ...).
+#
+# About 3 lines.
+
+# %% nbgrader={"grade_id": "online_softmax_update", "solution": true}
+def online_softmax_update(m, l, scores):
+    """m, l: (rows,) running maximum and running sum of exp(s - m); scores: (rows, b), the next block -> (m, l) after it."""
+    ### BEGIN SOLUTION
+    m_new = torch.maximum(m, scores.max(dim=1).values)
+    return m_new, l * torch.exp(m - m_new) + torch.exp(scores - m_new[:, None]).sum(dim=1)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade_id": "online_setup", "locked": true}
+class Stream:
+    """Rows of scores handed to ``update`` (online_softmax_update) a block at a time, its state checked after each block."""
+
+    def __init__(self, update, rows, scale, unseen=0):
+        """``unseen`` > 0: the state starts from that many scores a row that the grader draws and never hands over."""
+        self.update, self.rows, self.scale = update, rows, scale
+        self.seen = torch.randn(rows, unseen, dtype=torch.float64) * scale
+        self.m = self.seen.max(dim=1).values if unseen else torch.full((rows,), -math.inf, dtype=torch.float64)
+        self.l = torch.exp(self.seen - self.m[:, None]).sum(dim=1) if unseen else torch.zeros(rows, dtype=torch.float64)
+
+    def next_block(self, width):
+        block = torch.randn(self.rows, width, dtype=torch.float64) * self.scale
+        self.seen = torch.cat([self.seen, block], dim=1)
+        self.m, self.l = self.update(self.m, self.l, block)
+        shapes = (tuple(getattr(self.m, "shape", ())), tuple(getattr(self.l, "shape", ())))
+        assert shapes == ((self.rows,), (self.rows,)), f"the state must be two ({self.rows},) tensors, got shapes {shapes}"
+        best = self.seen.max(dim=1).values
+        name = f"after {self.seen.shape[1]} scores a row (scale {self.scale})"
+        check.assert_close(self.m, best, rtol=0, atol=0, name=f"m {name}")
+        check.assert_close(self.l, torch.exp(self.seen - best[:, None]).sum(dim=1), rtol=1e-12, atol=0, name=f"l {name}")
+
+
+# %% nbgrader={"grade_id": "test_online_softmax", "grade": true, "points": 2}
+"""online_softmax_update keeps the running maximum and sum right after every block."""
+stream = Stream(online_softmax_update, rows=4, scale=3.0)
+for width in (3, 5, 2):
+    stream.next_block(width)
+### BEGIN HIDDEN TESTS
+first = Stream(online_softmax_update, 4, 1000.0, unseen=int(rng.integers(1, 8)))
+second = Stream(online_softmax_update, 4, 2.0, unseen=int(rng.integers(1, 8)))
+for width in rng.integers(1, 8, size=6):
+    first.next_block(int(width))
+    second.next_block(int(width) + 1)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Question 3: the tiled forward in NumPy (6 points)
+#
+# Write `flash_attention_forward(q, k, v, block=64, causal=False)` for float32 arrays of shape `(n, d)`, returning `(n, d)`: FlashAttention's forward as lecture 11 (section 5) writes it, for one head.
+# For each block of `block` queries, walk over the blocks of keys and values, keeping each query's running maximum m, sum l and unnormalised output acc, and divide at the end; `n` need not be a multiple of `block`.
+# With `causal=True`, query i attends to keys j ≤ i: **skip the tiles above the diagonal** (every score in them is masked) and mask only the tiles the diagonal crosses.
+#
+# Your cell must be NumPy code alone: imports of `numpy` and `math`, functions and literal constants; NumPy's array functions (`np.exp`, `np.maximum`, `np.where`, `np.arange`, `@`, ...) and array methods (`.max`, `.sum`, `.T`, ...); no torch.
+# The check names any line it refuses (`check.numpy_only`).
+#
+# Graded:
+# - the values against `F.scaled_dot_product_attention`, with and without the mask, on lengths and blocks drawn when graded (2 points);
+# - the memory (2 points): a call with n = 8192, d = 64 and blocks of 128, whose values must be right, may allocate at most 48 MiB beyond what was in use before it, its inputs and output included. The score matrix alone would take 256 MiB. When graded, the call runs in a process whose memory the grader caps (the kernel refuses an allocation past it); here `check.memory_capped` measures NumPy's allocations with `tracemalloc`;
+# - causal speed (2 points): with `causal=True`, n = 2048, d = 64 and blocks of 128, at least 1.4× faster than the baseline `attention_three_steps_numpy` (which computes every score, then masks), each output checked, NumPy on one thread. Skipping the tiles above the diagonal halves the work: graded on the course's 2-core AMD EPYC, the reference reached 1.9-2.1×, a tiled forward that computes every tile and masks it 0.9×.
+#
+# About 20 lines.
+
+# %% nbgrader={"grade_id": "flash_attention_forward", "solution": true}
+def flash_attention_forward(q, k, v, block=64, causal=False):
+    """q, k, v: (n, d) float32 arrays -> (n, d): attention a block of queries at a time, never an (n, n) array."""
+    ### BEGIN SOLUTION
+    n, d = q.shape
+    out = np.empty_like(q)
+    scale = np.float32(1 / math.sqrt(d))
+    for start in range(0, n, block):
+        stop = min(start + block, n)
+        qi = q[start:stop] * scale
+        m = np.full(stop - start, -np.inf, dtype=np.float32)
+        l = np.zeros(stop - start, dtype=np.float32)
+        acc = np.zeros((stop - start, d), dtype=np.float32)
+        for key in range(0, stop if causal else n, block):  # causal: no tile right of the diagonal
+            s = qi @ k[key:key + block].T
+            if causal and key + block > start:  # a tile the diagonal crosses
+                s = np.where(np.arange(start, stop)[:, np.newaxis] >= np.arange(key, min(key + block, n)), s, -np.inf)
+            m_new = np.maximum(m, s.max(axis=1))
+            p = np.exp(s - m_new[:, np.newaxis])
+            rescale = np.exp(m - m_new)
+            l = l * rescale + p.sum(axis=1)
+            acc = acc * rescale[:, np.newaxis] + p @ v[key:key + block]
+            m = m_new
+        out[start:stop] = acc / l[:, np.newaxis]
+    return out
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade_id": "flash_setup", "locked": true}
+MEMORY_BUDGET = 48 * 2**20  # bytes a call may allocate beyond what was in use before it
+SPEEDUP_NEEDED = {"cpu": 1.4}
+
+
+def flash_inputs(n, d=64):
+    """(q, k, v): three (n, d) float32 arrays, standard normal."""
+    return tuple(rng.standard_normal((n, d), dtype=np.float32) for _ in range(3))
+
+
+def check_flash(fn, n, d, block, causal):
+    q, k, v = flash_inputs(n, d)
+    check.assert_close(fn(q, k, v, block, causal), reference(q, k, v, causal), rtol=1e-4, atol=1e-5,
+                       name=f"flash_attention_forward with n={n}, d={d}, block={block}, causal={causal}")
+
+
+def check_causal_output(args, output):
+    q, k, v = args[:3]  # the baseline's args have no block
+    check.assert_close(output, reference(q, k, v, True), rtol=1e-4, atol=1e-5, name="a timed causal call")
+
+
+# %% nbgrader={"grade_id": "test_flash_correct", "grade": true, "points": 2}
+"""flash_attention_forward matches F.scaled_dot_product_attention, with and without the causal mask."""
+flash = check.numpy_only(flash_attention_forward)
+for causal in (False, True):
+    check_flash(flash, 100, 16, 32, causal)
+### BEGIN HIDDEN TESTS
+for causal in (False, True):
+    check_flash(flash, int(rng.integers(65, 200)) | 1, 8, 48, causal)
+    check_flash(flash, int(rng.integers(33, 64)), 32, 16, causal)
+    check_flash(flash, 7, 4, 256, causal)  # one block, larger than the sequence
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "test_flash_memory", "grade": true, "points": 2}
+"""flash_attention_forward at n = 8192 allocates at most MEMORY_BUDGET beyond what was in use, with the right values."""
+check.numpy_only(flash_attention_forward)
+check_flash(check.memory_capped(flash_attention_forward, MEMORY_BUDGET), 8192, 64, 128, False)
+
+# %% nbgrader={"grade_id": "test_flash_causal_speed", "grade": true, "points": 2}
+"""Causal flash_attention_forward (n = 2048, blocks of 128) is at least 1.4x faster than attention_three_steps_numpy."""
+fast = check.numpy_only(flash_attention_forward)
+check.assert_measured_speedup(
+    lambda: timing.compare_speed(attention_three_steps_numpy, fast, lambda: (*flash_inputs(2048), 128, True),
+                                 baseline_inputs=lambda q, k, v, block, causal: (q, k, v, causal), check=check_causal_output),
+    check.required_speedup(SPEEDUP_NEEDED), name="causal flash_attention_forward vs attention_three_steps_numpy")
