@@ -14,9 +14,10 @@ reference answers, whose launch counts and arithmetic are stated here; it holds 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from . import gpu_specs
+from . import attention, gpu_specs
 from .sim import sectors_per_request, warp_addresses
 from .sim.memory import SECTOR_BYTES
 from .sim.streams import Schedule, pipeline
@@ -286,6 +287,19 @@ def gan_loop_speed(card: gpu_specs.GPUSpec, batch: int = 8192, steps: int = 10) 
     return SpeedModel("test_fast_train_loop_gpu_speed", card.name, plain, fast, bound)
 
 
+def flash_kernel_speed(card: gpu_specs.GPUSpec, n: int = 16384, d: int = 64, block: int = 64) -> SpeedModel:
+    """11 test_flash_kernel_speed: causal attention on one float16 head, SDPA's math backend against the student's
+    Triton kernel (:mod:`gpucourse.attention`'s traffic models, fp16 tensor cores). The math backend computes every
+    score and writes and reads back the n × n scores and weights (a lower bound: its mask and scale add passes); the
+    kernel computes the scores on and below the diagonal, reads Q and writes O once, and reads K and V once per block of
+    queries up to the diagonal, none of it from L2 (an upper bound on its time). About 6 launches against 1."""
+    baseline, _ = attention.roofline_seconds(card, attention.forward_flops(n, d), attention.standard_bytes(n, d, 2), "fp16")
+    kv_reads = 2 * n * d * math.ceil(n / block) / 2  # numbers: each of the n / block programs reads half the keys on average
+    candidate, bound = attention.roofline_seconds(card, attention.forward_flops(n, d, causal=True), 2 * (2 * n * d + kv_reads), "fp16")
+    launch = gpu_specs.LAUNCH_OVERHEAD_SECONDS
+    return SpeedModel("test_flash_kernel_speed", card.name, baseline + 6 * launch, candidate + launch, bound)
+
+
 # Each GPU speed item (by grade id) and its model.
 ITEMS = {
     "test_pairwise_speed": pairwise_speed,
@@ -300,6 +314,7 @@ ITEMS = {
     "test_fast_train_step_speed": train_step_speed,
     "test_lstm_fast_gpu_speed": lstm_speed,
     "test_fast_train_loop_gpu_speed": gan_loop_speed,
+    "test_flash_kernel_speed": flash_kernel_speed,
 }
 
 

@@ -8,9 +8,9 @@
 # - Write your code where a cell says `raise NotImplementedError(...)`; delete that line.
 # - Run the test cell under each answer: a quiet cell means the visible tests passed, an error says what is wrong.
 # - Grading reruns every test cell, plus hidden tests with other sizes, blocks and scales, drawn when graded.
-# - Everything runs on a CPU.
+# - Everything but one item runs on a CPU (Triton's kernels in its interpreter there); the Triton kernel's GPU speed item waits for a GPU regrade.
 #
-# Points: 11 autograded.
+# Points: 16 autograded (2 of them on a GPU).
 
 # %%
 # Setup: on Colab, install the course package first (locally, `make lab` already did).
@@ -28,7 +28,14 @@ import torch
 import torch.nn.functional as F
 
 import gpucourse
-from gpucourse import check, timing
+from gpucourse import check, kernels, thresholds, timing
+
+try:
+    TRITON_ON_GPU = kernels.use_triton_gpu_or_interpreter()  # before `import triton`: without a GPU, its interpreter
+    import triton
+    import triton.language as tl
+except ImportError as missing:  # Triton's wheels are for Linux on x86-64 only
+    print(f"{missing}\nQuestion 4 needs Triton (use Colab for it); the other questions work without it.")
 
 print(f"Running on {gpucourse.describe()}")
 torch.seed()  # fresh inputs on every run, the grader's too: no test's inputs are known beforehand
@@ -258,3 +265,146 @@ check.assert_measured_speedup(
     lambda: timing.compare_speed(attention_three_steps_numpy, fast, lambda: (*flash_inputs(2048), 128, True),
                                  baseline_inputs=lambda q, k, v, block, causal: (q, k, v, causal), check=check_causal_output),
     check.required_speedup(SPEEDUP_NEEDED), name="causal flash_attention_forward vs attention_three_steps_numpy")
+
+# %% [markdown]
+# ## Question 4: the tiled forward as a Triton kernel (5 points, 2 of them on a GPU)
+#
+# Write the kernel `flash_kernel(Q, K, V, Out, n, stride, scale, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr)`: one program computes `BLOCK_Q` rows of the output of one head, `Q`, `K`, `V` and `Out` being `(n, D)` tensors with row stride `stride`, and `scale` the 1/√d to apply to the scores.
+# Lecture 11's kernel (section 6) does it without the mask; add `CAUSAL`: keys past a query's own position get no weight (the loop over key blocks may stop at the program's diagonal: the blocks right of it are all masked).
+# Keep m, l and acc in float32 whatever the inputs' dtype; mask every load and store so that `n` need not be a multiple of a block.
+#
+# Then write the launcher `flash_attention_triton(q, k, v, causal=False)` for `(n, d)` tensors: allocate the output and launch your kernel over it with blocks of 64 (`d` is a power of two ≥ 16).
+#
+# Graded:
+# - the kernel (2 points), launched by the tests themselves on lengths that are not multiples of the blocks, causal or not, with a guard zone after the output that must stay untouched. When graded, your kernel's source is compiled by Triton for a real GPU (sm_80) first, then run (in Triton's interpreter on a CPU grader) in a fresh process that holds only that source, where every load and store is checked to stay inside the tensors it was given;
+# - the launcher (1 point): its values, and your kernel must do all the work: the test counts what one call runs, and besides your kernel's launches torch may only allocate (`torch.empty_like`). When graded it is counted in a fresh process holding only the setup cells, your launcher's cell and your kernel, so keep the launcher's cell to `torch.empty...`, the tensors' shapes and strides, `triton.cdiv` and the launch;
+# - on a GPU (2 points): causal attention with n = 16384, d = 64 in float16, at least 2× faster than `F.scaled_dot_product_attention` restricted to its math backend (the three steps), each output checked. That threshold is modelled, not yet measured (`gpucourse.thresholds`: the math backend writes and reads back the n × n scores and weights and computes every score, the kernel neither; 4× on every card in `gpu_specs`: V100, T4, A100, L4, H100, H200); `scripts/gpu_check.sh` will calibrate it on the first GPU run.
+#
+# The kernel's answer cell below holds its first lines; write its body in place of the `raise` line.
+#
+# About 25 lines, with the launcher.
+
+# %% nbgrader={"grade_id": "flash_kernel", "solution": true}
+@triton.jit
+def flash_kernel(Q, K, V, Out, n, stride, scale, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr):
+    """BLOCK_Q query rows of one head against its key blocks (up to the diagonal when CAUSAL); Q, K, V, Out: (n, D)."""
+    ### BEGIN SOLUTION
+    start = tl.program_id(0) * BLOCK_Q
+    rows = start + tl.arange(0, BLOCK_Q)
+    dims = tl.arange(0, D)
+    q = tl.load(Q + rows[:, None] * stride + dims[None, :], mask=rows[:, None] < n, other=0.0)
+    m = tl.full((BLOCK_Q,), float("-inf"), tl.float32)
+    l = tl.zeros((BLOCK_Q,), tl.float32)
+    acc = tl.zeros((BLOCK_Q, D), tl.float32)
+    stop = n
+    if CAUSAL:
+        stop = tl.minimum(start + BLOCK_Q, n)  # no key block right of this program's diagonal
+    for key in range(0, stop, BLOCK_K):
+        keys = key + tl.arange(0, BLOCK_K)
+        k = tl.load(K + keys[:, None] * stride + dims[None, :], mask=keys[:, None] < n, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * scale
+        keep = keys[None, :] < n
+        if CAUSAL:
+            keep = keep & (keys[None, :] <= rows[:, None])
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        p = tl.exp(s - m_new[:, None])
+        rescale = tl.exp(m - m_new)
+        l = l * rescale + tl.sum(p, axis=1)
+        v = tl.load(V + keys[:, None] * stride + dims[None, :], mask=keys[:, None] < n, other=0.0)
+        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v)
+        m = m_new
+    tl.store(Out + rows[:, None] * stride + dims[None, :], acc / l[:, None], mask=rows[:, None] < n)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade_id": "flash_attention_triton", "solution": true}
+def flash_attention_triton(q, k, v, causal=False):
+    """q, k, v: (n, d) contiguous tensors, d a power of two >= 16 -> (n, d), computed by flash_kernel with blocks of 64."""
+    ### BEGIN SOLUTION
+    out = torch.empty_like(q)
+    n, d = q.shape
+    flash_kernel[(triton.cdiv(n, 64),)](q, k, v, out, n, q.stride(0), d ** -0.5, BLOCK_Q=64, BLOCK_K=64, D=d, CAUSAL=causal)
+    return out
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade_id": "flash_kernel_setup", "locked": true}
+GUARD_ROWS = 3  # rows after the output that the kernel must leave alone (a store without a mask writes there)
+
+
+def launch_flash(kernel, n, d, block_q, block_k, causal, dtype=torch.float32):
+    """Launch ``kernel`` on fresh (n, d) inputs: (q, k, v, out, guard). out is the first n rows of a longer buffer whose
+    last GUARD_ROWS rows are NaNs that a store without a mask overwrites; q, k, v are exactly n rows."""
+    device = gpucourse.device()
+    q, k, v = (torch.randn(n, d, device=device, dtype=dtype) for _ in range(3))
+    buffer = torch.full((n + GUARD_ROWS, d), float("nan"), device=device, dtype=dtype)
+    grid = (triton.cdiv(n, block_q),)
+    check.written(kernel)[grid](q, k, v, buffer, n, d, 1 / math.sqrt(d), BLOCK_Q=block_q, BLOCK_K=block_k, D=d, CAUSAL=causal)
+    return q, k, v, buffer[:n], buffer[n:]
+
+
+def check_flash_kernel(kernel, n, d, block_q, block_k, causal):
+    q, k, v, out, guard = launch_flash(kernel, n, d, block_q, block_k, causal)
+    name = f"flash_kernel with n={n}, D={d}, BLOCK_Q={block_q}, BLOCK_K={block_k}, CAUSAL={causal}"
+    check.assert_close(out, reference(q, k, v, causal), rtol=1e-4, atol=1e-5, name=name)
+    assert bool(torch.isnan(guard).all()), f"{name} wrote past the end of the output: mask the store"
+
+
+def check_flash_triton(launcher, n, d, causal, dtype=torch.float32):
+    """One counted call of ``launcher`` on fresh (n, d) inputs: the right values, computed by Triton kernels alone."""
+    q, k, v = (torch.randn(n, d, device=gpucourse.device(), dtype=dtype) for _ in range(3))
+    output, ops = check.counted_call(launcher, q, k, v, causal, counter=check.launched_ops)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    check.assert_close(output, reference(q, k, v, causal), rtol=tolerance, atol=tolerance,
+                       name=f"flash_attention_triton on ({n}, {d}) {dtype}, causal={causal}")
+    check.assert_kernels_did_the_work(ops, name=f"flash_attention_triton on ({n}, {d})")
+
+
+def attention_math_backend(q, k, v, causal):
+    """F.scaled_dot_product_attention with only its math backend allowed: the three steps, in ATen ops."""
+    with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.MATH]):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def flash_heads(n, d):
+    """(q, k, v, causal): one causal head of (n, d) float16 tensors on the GPU."""
+    return (*(torch.randn(n, d, device="cuda", dtype=torch.float16) for _ in range(3)), True)
+
+
+def check_timed_heads(args, output):
+    check.assert_close(output.float(), reference(*(a.float() for a in args[:3]), True), rtol=2e-2, atol=2e-2, name="a timed causal call")
+
+
+# %% nbgrader={"grade_id": "test_flash_kernel", "grade": true, "points": 2}
+"""flash_kernel, launched by the test, computes attention with and without the causal mask on lengths that are not multiples of the blocks."""
+check_flash_kernel(flash_kernel, 100, 32, 32, 16, causal=True)
+check_flash_kernel(flash_kernel, 100, 32, 32, 32, causal=False)
+### BEGIN HIDDEN TESTS
+check_flash_kernel(flash_kernel, int(rng.integers(17, 90)) | 1, 16, 16, 16, causal=True)
+check_flash_kernel(flash_kernel, int(rng.integers(17, 90)) | 1, 16, 32, 16, causal=False)
+check_flash_kernel(flash_kernel, 5, 16, 16, 16, causal=True)  # one program, fewer rows than a block
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "test_flash_launch", "grade": true, "points": 1}
+"""flash_attention_triton launches your kernel, which does all the work (torch only allocates), with and without the mask."""
+for causal in (False, True):
+    check_flash_triton(flash_attention_triton, 100, 32, causal)
+### BEGIN HIDDEN TESTS
+check_flash_triton(flash_attention_triton, int(rng.integers(17, 90)) | 1, 16, True)
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "test_flash_kernel_speed", "grade": true, "points": 2} tags=["requires-gpu"]
+"""On a GPU: causal flash_attention_triton (n = 16384, d = 64, float16) is 2x faster than SDPA's math backend."""
+# Modelled, not yet measured (gpucourse.thresholds.flash_kernel_speed); scripts/gpu_check.sh calibrates it on the first GPU run.
+SPEEDUP_NEEDED = {"cuda": 2.0}
+print(thresholds.describe("test_flash_kernel_speed", SPEEDUP_NEEDED))
+check_flash_triton(flash_attention_triton, 100, 32, True)  # first, a small counted call
+if gpucourse.device_class() != "cuda":
+    print("needs a GPU: there the kernel keeps each tile of scores on chip, where the math backend writes all of them to memory")
+else:
+    check_flash_triton(flash_attention_triton, 16384, 64, True, dtype=torch.float16)  # counted at the timed size too
+    # Timed where it was counted (when graded: the process holding only the setup cells, the launcher and its kernel).
+    result = timing.compare_speed(attention_math_backend, check.torch_only(flash_attention_triton), lambda: flash_heads(16384, 64),
+                                  check=check_timed_heads)
+    check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="flash_attention_triton vs SDPA's math backend")

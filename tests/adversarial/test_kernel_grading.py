@@ -1418,6 +1418,11 @@ VARIANTS_11 = {
         ("test_flash_memory", "test_flash_causal_speed"), {"test_flash_memory": "Unable to allocate", "test_flash_causal_speed": "need 1.4"}),
     # Tiled, but every tile is computed and then masked: right values and memory, no causal saving.
     "masks_every_tile": ("flash_attention_forward", TILED.format(tiles="0, n, block"), "test_flash_causal_speed", "need 1.4"),
+    # Triton: a store without its mask writes past the output (the grader's bounds check, and the guard zone, see it).
+    "kernel_store_unmasked": ("flash_kernel", lambda given: given.replace(", acc / l[:, None], mask=rows[:, None] < n)", ", acc / l[:, None])"),
+                              "test_flash_kernel", "outside every tensor"),
+    "kernel_ignores_causal": ("flash_kernel", lambda given: given.replace("keep = keep & (keys[None, :] <= rows[:, None])", "keep = keep"),
+                              "test_flash_kernel", "values differ"),
     # A fair answer written otherwise: each block of queries against all its keys at once (block × stop scores), so the tiles
     # above the diagonal are skipped too, and its memory grows like block × n.
     "row_blocks": ("flash_attention_forward", FLASH_SIGNATURE + (

@@ -21,7 +21,8 @@ from gpucourse.check import TimingFailure
 from gpucourse.timing import SpeedResult
 
 ASSIGNMENT = "01_gpu_basics"
-DISTINCT = [name for name in ASSIGNMENTS if name != ASSIGNMENT]  # each student answers with another module's reference cells
+# Each student answers with another module's reference cells: nine of them, whatever modules are added later.
+DISTINCT = [name for name in ASSIGNMENTS if name != ASSIGNMENT][:9]
 
 
 def speed_line(measured: float, needed: float) -> tuple[str, str]:

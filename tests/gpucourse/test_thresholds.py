@@ -88,6 +88,7 @@ TIMED_SIZES = {
     "test_fast_train_step_speed": ("step_batch(8192, seed=",),
     "test_lstm_fast_gpu_speed": ("lstm_inputs(64, 64, 256, 256, device=DEVICE)",),
     "test_fast_train_loop_gpu_speed": ("loop_batch(8192, seed=1)",),
+    "test_flash_kernel_speed": ("flash_heads(16384, 64)",),
 }
 MODEL_SIZES = {
     "test_pairwise_speed": dict(n=200, m=150, d=4),
@@ -102,6 +103,7 @@ MODEL_SIZES = {
     "test_fast_train_step_speed": dict(batch=8192, steps=10),
     "test_lstm_fast_gpu_speed": dict(steps=64, batch=64, inputs=256, hidden=256),
     "test_fast_train_loop_gpu_speed": dict(batch=8192, steps=10),
+    "test_flash_kernel_speed": dict(n=16384, d=64),
 }
 
 
