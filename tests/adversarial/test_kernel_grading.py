@@ -1410,6 +1410,11 @@ VARIANTS_11 = {
     "flash_calls_sdpa": ("flash_attention_forward", "import torch\n\n\n" + FLASH_SIGNATURE + (
         "    t = [torch.from_numpy(a) for a in (q, k, v)]\n    return torch.nn.functional.scaled_dot_product_attention(*t, is_causal=causal).numpy()\n"),
         FLASH_ITEMS, "may import only numpy and math"),
+    # torch.softmax on the whole (n, n) score matrix inside the "flash" answer: the NumPy gate refuses torch here too.
+    "flash_torch_softmax": ("flash_attention_forward", "import torch\n\n\n" + FLASH_SIGNATURE + (
+        "    s = torch.from_numpy(q @ k.T / np.float32(math.sqrt(q.shape[1])))\n"
+        "    if causal:\n        s = s.masked_fill(torch.ones(len(q), len(k), dtype=torch.bool).triu(1), float('-inf'))\n"
+        "    return (torch.softmax(s, dim=1) @ torch.from_numpy(v)).numpy()\n"), FLASH_ITEMS, "may import only numpy and math"),
     # The three steps copied into the cell: NumPy alone and right, but the (n, n) scores break the cap, and nothing is skipped.
     "three_steps_copied": ("flash_attention_forward", FLASH_SIGNATURE + (
         "    s = q @ k.T / np.float32(math.sqrt(q.shape[1]))\n    if causal:\n"
