@@ -91,23 +91,24 @@ def njit_runner(worker, name: str) -> RunnerSpec:
     """A process holding only the assignment's setup cells and the answer cell that defines ``name``, checked
     first to be nothing but the student's own compiled loops (:mod:`gpucourse.gates.njit_gate`): where the
     grader calls and times the function, and counts its intrinsic calls."""
-    cell = answer_cell(worker, name)
-    try:
-        njit_gate.check_own_loops(cell)
-    except njit_gate.NotOwnLoops as refused:
-        raise Refused(f"{name}: its cell is not only your own compiled loops ({refused})") from None
-    return RunnerSpec(f"njit-{_digest([cell])}", [*worker.setup[0], cell])
+    return _gated_runner(worker, name, "njit", njit_gate.check_own_loops, njit_gate.NotOwnLoops, "only your own compiled loops")
 
 
 def numpy_runner(worker, name: str) -> RunnerSpec:
     """A process holding only the assignment's setup cells and the answer cell that defines ``name``, checked first
     to be NumPy code alone (:mod:`gpucourse.gates.numpy_gate`): where the grader calls and times the function."""
+    return _gated_runner(worker, name, "numpy", numpy_gate.check_numpy_only, numpy_gate.NotNumpyOnly, "NumPy code alone")
+
+
+def _gated_runner(worker, name: str, kind: str, gate, refusal: type[Exception], what: str) -> RunnerSpec:
+    """The setup cells and the answer cell defining ``name``, once ``gate`` passed it (else :class:`Refused`, saying it
+    is not ``what`` the row asks for)."""
     cell = answer_cell(worker, name)
     try:
-        numpy_gate.check_numpy_only(cell)
-    except numpy_gate.NotNumpyOnly as refused:
-        raise Refused(f"{name}: its cell is not NumPy code alone ({refused})") from None
-    return RunnerSpec(f"numpy-{_digest([cell])}", [*worker.setup[0], cell])
+        gate(cell)
+    except refusal as refused:
+        raise Refused(f"{name}: its cell is not {what} ({refused})") from None
+    return RunnerSpec(f"{kind}-{_digest([cell])}", [*worker.setup[0], cell])
 
 
 def answers_runner(worker, names) -> RunnerSpec:

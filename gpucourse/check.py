@@ -293,15 +293,9 @@ def njit_only(fn):
     if py_func is None:
         raise AssertionError(f"{name} is not compiled with numba's @njit: put @njit on the line above its def")
     written(fn)  # an untouched answer: its stub's message, without a compilation
-    cell = _cell_source(py_func, name)
-    if not cell:
-        return fn
     from .gates.njit_gate import NotOwnLoops, check_own_loops
 
-    try:
-        check_own_loops(cell)
-    except NotOwnLoops as refused:
-        raise AssertionError(f"{name}: the grader will refuse its cell: {refused}") from None
+    _check_cell_as_graded(py_func, name, check_own_loops, NotOwnLoops)
     return fn
 
 
@@ -317,16 +311,22 @@ def numpy_only(fn):
         return trusted()
     name = getattr(fn, "__name__", "the function")
     written(fn)  # an untouched answer: its stub's message first
-    cell = _cell_source(fn, name)
-    if not cell:
-        return fn
     from .gates.numpy_gate import NotNumpyOnly, check_numpy_only
 
-    try:
-        check_numpy_only(cell)
-    except NotNumpyOnly as refused:
-        raise AssertionError(f"{name}: the grader will refuse its cell: {refused}") from None
+    _check_cell_as_graded(fn, name, check_numpy_only, NotNumpyOnly)
     return fn
+
+
+def _check_cell_as_graded(function, name: str, gate, refusal: type[Exception]) -> None:
+    """Run ``gate`` on the cell that defined ``function``, raising what the grader would say (AssertionError);
+    nothing where the cell's source is not at hand (:func:`_cell_source` says so)."""
+    cell = _cell_source(function, name)
+    if not cell:
+        return
+    try:
+        gate(cell)
+    except refusal as refused:
+        raise AssertionError(f"{name}: the grader will refuse its cell: {refused}") from None
 
 
 def memory_capped(fn, budget_bytes: int):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 
-from .syntax import Scope, Walker, is_literal, literal_defaults, literal_options, parameters, refusals_as, refuse
+from .syntax import Walker, is_literal, literal_defaults, literal_options, parameters, refuse, walk_cell
 
 _IMPORTS = {"numpy": "numpy", "numba": "numba", "math": "math", "numba.njit": "njit"}
 _NUMPY_FUNCTIONS = frozenset({"zeros", "empty", "ones", "full", "zeros_like", "empty_like", "ones_like", "full_like",
@@ -42,13 +42,7 @@ class NotOwnLoops(ValueError):
 
 def check_own_loops(text: str) -> None:
     """Raise :class:`NotOwnLoops` unless the answer cell ``text`` keeps to the rules above."""
-    try:
-        module = ast.parse(text)
-    except SyntaxError as error:
-        raise NotOwnLoops(f"the cell does not parse ({error.msg}, line {error.lineno})") from None
-    scope = Scope({node.name for node in module.body if isinstance(node, ast.FunctionDef)}, modules=_MODULES)
-    with refusals_as(NotOwnLoops):
-        _OwnLoops(scope).walk(module)
+    walk_cell(text, _OwnLoops, NotOwnLoops, _MODULES)
 
 
 class _OwnLoops(Walker):

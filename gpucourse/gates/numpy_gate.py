@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 
 from .njit_gate import _OwnLoops
-from .syntax import Scope, refusals_as, refuse
+from .syntax import refuse, walk_cell
 
 _IMPORTS = {"numpy": "numpy", "math": "math"}
 _MODULES = {"np": "numpy", "numpy": "numpy", "math": "math"}  # names a cell may use unimported (the setup imports them)
@@ -31,13 +31,7 @@ class NotNumpyOnly(ValueError):
 
 def check_numpy_only(text: str) -> None:
     """Raise :class:`NotNumpyOnly` unless the answer cell ``text`` keeps to the rules above."""
-    try:
-        module = ast.parse(text)
-    except SyntaxError as error:
-        raise NotNumpyOnly(f"the cell does not parse ({error.msg}, line {error.lineno})") from None
-    scope = Scope({node.name for node in module.body if isinstance(node, ast.FunctionDef)}, modules=_MODULES)
-    with refusals_as(NotNumpyOnly):
-        _NumpyOnly(scope).walk(module)
+    walk_cell(text, _NumpyOnly, NotNumpyOnly, _MODULES)
 
 
 class _NumpyOnly(_OwnLoops):

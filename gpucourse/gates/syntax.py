@@ -233,6 +233,18 @@ class Walker:
         raise NotImplementedError
 
 
+def walk_cell(text: str, walker: type[Walker], error: type[ValueError], modules: dict) -> None:
+    """Walk the answer cell ``text`` with ``walker`` (an allow-list gate), its scope the cell's own functions and
+    ``modules``; a refusal, or a cell that does not parse, is raised as ``error``."""
+    try:
+        module = ast.parse(text)
+    except SyntaxError as failure:
+        raise error(f"the cell does not parse ({failure.msg}, line {failure.lineno})") from None
+    scope = Scope({node.name for node in module.body if isinstance(node, ast.FunctionDef)}, modules=modules)
+    with refusals_as(error):
+        walker(scope).walk(module)
+
+
 def free_names(source: str) -> list[str]:
     """Names a cell reads that it never binds anywhere (a global it needs from elsewhere: ``lstm_cell`` in a
     cell that calls it), in the order first read. A name bound anywhere in the cell counts as its own."""
