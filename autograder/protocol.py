@@ -47,6 +47,7 @@ class Request(str, enum.Enum):
     NAMES = "names"  # (names): which of them are callable, values or missing -> names
     VALUE = "value"  # (name): a value the student's code defined, as plain data -> return
     CALL = "call"  # (name, args, kwargs): call a function -> return
+    CALL_IN_PLACE = "call_in_place"  # (name, args, kwargs): call a function -> return {output, args: its tensor arguments after the call}
     CALL_STREAMS = "call_streams"  # (name, args, kwargs, dispatch): call it, its gpucourse.streams calls sent back to dispatch -> return
     CALL_PROFILED = "call_profiled"  # (name, args, top_level, eager): one call counted by the grader's profiler (a profile runner) -> return
     CALL_LOGGED_MMA = "call_logged_mma"  # (name, a, b, key): fn(a, b, mma) with an intrinsic that logs its operands (an njit runner) -> return

@@ -92,6 +92,10 @@ class StudentFunction(GraderStandIn):
             raise GraderError(f"{self.name}: the grader could not cap its runner's memory (its cap cell failed)")
         return StudentFunction(runner, self.name, self.item_deadline)
 
+    def in_place(self) -> InPlaceFunction:
+        """This function, its calls' writes into their tensor arguments copied back into the test's tensors."""
+        return InPlaceFunction(self)
+
     def mma_calls(self, a, b) -> int:
         """How many times ``self(a, b, mma)`` calls the intrinsic, after checking (here) that the calls did all
         of ``a @ b``'s work (:func:`gpucourse.intrinsics.check_log`); run with the grader's logging intrinsic
@@ -207,6 +211,26 @@ class StudentFunction(GraderStandIn):
         # Only CPU time when the worker's whole tree is accounted for (its own PID namespace) and does all the work (no GPU).
         cpu_only = self.worker.isolation in sandbox.CONTAINED and not on_gpu
         return _charged_seconds(seconds, used_running, used_loading, calls, cpu_only=cpu_only), outputs
+
+
+class InPlaceFunction:
+    """A student's function whose test reads what it writes into its tensor arguments (``gpucourse.check.in_place``).
+    The call runs in the student's worker on copies of the arguments; the tensors come back with the output and are
+    written into the test's own tensors (:func:`_copy_back_tensors`), as a kernel launch's do."""
+
+    def __init__(self, function: StudentFunction):
+        self.function = function
+        self.__name__ = function.name
+
+    def __call__(self, *args, **kwargs):
+        function, worker = self.function, self.function.worker
+        worker.ensure_started()
+        message = (Request.CALL_IN_PLACE, function.name, worker.marshal(args), worker.marshal(kwargs))
+        reply = reply_value(function.name, worker.request(message, function.item_deadline()))
+        if not isinstance(reply, dict) or not isinstance(reply.get("args"), list) or not isinstance(reply.get("kwargs"), dict):
+            raise StudentError(f"{function.name}: the call did not report back its arguments")
+        _copy_back_tensors(function.name, [*args, *kwargs.values()], [*reply["args"], *(reply["kwargs"].get(key) for key in kwargs)])
+        return reply.get("output")
 
 
 class KernelLaunch:

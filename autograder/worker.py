@@ -209,6 +209,15 @@ class Worker:
         result = self.namespace[name](*self._bind(args), **self._bind(kwargs))
         self.send(Reply.RETURN, to_plain(result))
 
+    def do_call_in_place(self, name: str, args, kwargs) -> None:
+        """A call whose tensor arguments go back with its output, as they are after it (what it wrote into them)."""
+        self._set_threads(self._threads)
+        args, kwargs = self._bind(args), self._bind(kwargs)
+        result = self.namespace[name](*args, **kwargs)
+        tensors = lambda value: to_plain(value) if type(value) is torch.Tensor else None  # noqa: E731
+        self.send(Reply.RETURN, {"output": to_plain(result), "args": [tensors(arg) for arg in args],
+                                 "kwargs": {key: tensors(value) for key, value in kwargs.items()}})
+
     def do_call_streams(self, name: str, args, kwargs, dispatch) -> None:
         """A call whose ``gpucourse.streams`` calls the harness carries out and records (``dispatch``)."""
         from gpucourse import streams

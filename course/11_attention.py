@@ -533,32 +533,62 @@ print(f"Measured: a token cost {per_token[1] / per_token[best]:.1f}x less at bat
       "the layer's weights and the per-step overheads are shared by the batch, each sequence's cache is not.")
 
 # %% [markdown]
-# Modelled for Llama 2 7B (32 layers, d_model 4096, 6.74 billion parameters, `attention.LLAMA2_7B`) in bf16 on an H100, with 4096 tokens of context per sequence:
+# The same model for a real one, in bf16 on an H100 (a roofline: the larger of the time to read the bytes and the time to do the FLOPs, with the card's figures from `gpu_specs`).
+# One step of `batch` sequences, each with `context` tokens cached, reads every weight once for the whole batch, and each sequence's own cache: a key and a value of `kv_heads × head_dim` numbers per token in every layer.
+# Its FLOPs are 2 per weight per token in the matmuls, plus 4 · layers · context · heads · head_dim per token in attention (two matmuls of one query row).
+
+# %%
+def decode_step(card, model, batch, context, itemsize=2, precision="bf16"):
+    """Modelled time of one decoding step (a roofline) -> (seconds, bound, weight bytes, cache bytes)."""
+    weight_bytes = model.params * itemsize
+    cache_bytes = batch * context * 2 * model.layers * model.kv_heads * model.head_dim * itemsize
+    flops = batch * (2 * model.params + 4 * model.layers * context * model.heads * model.head_dim)
+    seconds, bound = attention.roofline_seconds(card, flops, weight_bytes + cache_bytes, precision)
+    return seconds, bound, weight_bytes, cache_bytes
+
 
 # %%
 model, card, CONTEXT = attention.LLAMA2_7B, gpu_specs.gpu("H100"), 4096
-kv_per_sequence = CONTEXT * model.kv_bytes_per_token()
-print(f"KV cache: {wording.binary_bytes(model.kv_bytes_per_token())} per token, {wording.binary_bytes(kv_per_sequence)} per sequence of {CONTEXT} tokens; "
+kv_per_sequence = decode_step(card, model, 1, CONTEXT)[3]
+print(f"{model.name} ({model.layers} layers, {model.heads} heads of {model.head_dim}, {model.params / 1e9:.2f} billion weights; {model.source}):")
+print(f"KV cache: {wording.binary_bytes(kv_per_sequence / CONTEXT)} per token, {wording.binary_bytes(kv_per_sequence)} per sequence of {CONTEXT} tokens; "
       f"the weights: {wording.binary_bytes(model.params * 2)}")
 fits = int((card.memory_bytes - model.params * 2) // kv_per_sequence)
 BATCHES = [1, 2, 4, 8, 16, 32]
-steps = [attention.decode_step(card, model, batch, CONTEXT) for batch in BATCHES]
-for step in steps:
-    print(f"batch {step.batch:3d}: {step.seconds * 1e3:6.2f} ms a step, {step.seconds_per_token * 1e3:6.2f} ms a token, "
-          f"{step.batch / step.seconds:7.0f} tokens/s ({step.bound}-bound; the caches are {step.cache_bytes / (step.cache_bytes + step.weight_bytes):.0%} "
-          "of the bytes) (modelled)")
-print(f"Modelled: from batch 1 to {BATCHES[-1]}, a token's cost falls {steps[0].seconds_per_token / steps[-1].seconds_per_token:.1f}x, "
+steps = {batch: decode_step(card, model, batch, CONTEXT) for batch in BATCHES}
+for batch, (seconds, bound, weight_bytes, cache_bytes) in steps.items():
+    print(f"batch {batch:3d}: {seconds * 1e3:6.2f} ms a step, {seconds / batch * 1e3:6.2f} ms a token, "
+          f"{batch / seconds:7.0f} tokens/s ({bound}-bound; the caches are {cache_bytes / (cache_bytes + weight_bytes):.0%} of the bytes) (modelled)")
+modelled_per_token = {batch: step[0] / batch for batch, step in steps.items()}
+print(f"Modelled: from batch 1 to {BATCHES[-1]}, a token's cost falls {modelled_per_token[1] / modelled_per_token[BATCHES[-1]]:.1f}x, "
       f"not {BATCHES[-1]}x, because each sequence's cache is read for it alone; and the H100's {wording.binary_bytes(card.memory_bytes)} "
       f"hold the weights and the caches of {fits} such sequences at most.")
 
 fig, ax = plt.subplots(figsize=(6.4, 3.4))
-plots.versus_size(ax, BATCHES, [step.seconds_per_token * 1e3 for step in steps], label="Llama 2 7B, bf16, H100", kind="modelled",
+plots.versus_size(ax, BATCHES, [modelled_per_token[batch] * 1e3 for batch in BATCHES], label="Llama 2 7B, bf16, H100", kind="modelled",
                   xlabel="batch (sequences decoded together)", ylabel="ms per generated token", logy=True)
 ax.axhline(kv_per_sequence / card.memory_bandwidth * 1e3, color="0.5", linestyle=":", label="reading one sequence's own cache (modelled)")
 ax.set_title(f"Decoding with a KV cache, {CONTEXT} tokens of context")
 ax.legend()
 plt.tight_layout()
 plt.show()
+
+# %% [markdown]
+# The caches, not the weights, end up setting the batch. So newer models shrink them with **grouped-query attention** (GQA; Ainslie et al., "GQA: Training Generalized Multi-Query Transformer Models from Multi-Head Checkpoints", 2023): a group of query heads shares one key-value head.
+# Each query head keeps its own query, so attention still has all its heads, but the cache holds only the `kv_heads` keys and values, and a step reads each of them once for the whole group.
+# Llama 3 8B keeps Llama 2 7B's 32 layers of 32 query heads, with 8 key-value heads (`attention.LLAMA3_8B`, from its `config.json`):
+
+# %%
+grouped = attention.LLAMA3_8B
+grouped_per_sequence = decode_step(card, grouped, 1, CONTEXT)[3]
+grouped_fits = int((card.memory_bytes - grouped.params * 2) // grouped_per_sequence)
+print(f"{grouped.name}: {grouped.heads} query heads share {grouped.kv_heads} key-value heads, {grouped.heads // grouped.kv_heads} a group; "
+      f"its cache takes {wording.binary_bytes(grouped_per_sequence / CONTEXT)} per token against {model.name}'s {wording.binary_bytes(kv_per_sequence / CONTEXT)} "
+      f"({kv_per_sequence / grouped_per_sequence:.0f}x less). On the H100, with {CONTEXT} tokens each, {grouped_fits} sequences fit beside its weights "
+      f"against {fits} (modelled).")
+grouped_per_token = {batch: decode_step(card, grouped, batch, CONTEXT)[0] / batch for batch in (1, BATCHES[-1])}
+print(f"At batch {BATCHES[-1]}, a token costs {grouped_per_token[BATCHES[-1]] * 1e3:.2f} ms against {modelled_per_token[BATCHES[-1]] * 1e3:.2f} ms for {model.name}, "
+      f"though it has {grouped.params / model.params:.2f}x the weights (modelled).")
 
 # %% [markdown]
 # ## 9. Mixed precision: the running maximum keeps fp16 finite
@@ -585,7 +615,7 @@ print(f"shifted by the maximum, summed in float32: largest difference from the f
 # - The **online softmax** keeps a running maximum and a running sum and rescales them as blocks arrive; the output's accumulator rescales the same way.
 # - With it, attention runs a block of queries against a block of keys at a time: the same result with memory that grows like n (measured in section 5), and on a GPU no n² traffic to HBM (modelled in section 2): FlashAttention.
 # - `F.scaled_dot_product_attention` already does this (its flash and memory-efficient backends on a GPU, a fused kernel on a CPU); the math backend is the three steps.
-# - Decoding reads all the weights and the cache for one token per sequence: it is bound by memory bandwidth, batching shares the weights' reads but not the caches', and the caches' size limits the batch.
+# - Decoding reads all the weights and the cache for one token per sequence: it is bound by memory bandwidth, batching shares the weights' reads but not the caches', and the caches' size limits the batch; grouped-query attention shrinks the caches by sharing key-value heads.
 # - fp16 and bf16 attention stays finite because of the running maximum, and accurate because the sums stay in float32.
 #
-# The assignment (`assignments/11_attention/11_attention.ipynb`) asks you to write the three steps, the online softmax's update and the tiled forward yourself, and grades the tiled forward on its values, on the memory one call may take (capped by the grader) and on what skipping the causal tiles saves.
+# The assignment (`assignments/11_attention/11_attention.ipynb`) asks you to write the three steps, the online softmax's update and the tiled forward yourself (in NumPy and in Triton), and grades the tiled forward on its values, on the memory one call may take (capped by the grader) and on what skipping the causal tiles saves. It ends with a decoding step on a cache shared by groups of query heads, and that step's cost model.

@@ -61,50 +61,21 @@ def roofline_seconds(card: str | gpu_specs.GPUSpec, flops: float, nbytes: float,
 
 @dataclass(frozen=True)
 class Decoder:
-    """The sizes of a decoder-only transformer that set what one generated token costs."""
+    """The sizes of a decoder-only transformer that set what one generated token reads: its weights and, for each
+    sequence, its KV cache (a key and a value of ``kv_heads × head_dim`` numbers per token in every layer)."""
 
     name: str
     layers: int
-    d_model: int  # keys and values per layer are d_model wide (no grouped-query attention)
+    heads: int  # query heads per layer
+    kv_heads: int  # key-value heads per layer: ``heads`` without grouped-query attention, fewer with it
+    head_dim: int
     params: float
-    source: str
-
-    def kv_bytes_per_token(self, itemsize: int = 2) -> float:
-        """Bytes the KV cache holds per token of context: a key and a value of ``d_model`` numbers in every layer."""
-        return 2.0 * self.layers * self.d_model * itemsize
+    source: str = ""
 
 
-LLAMA2_7B = Decoder("Llama 2 7B", layers=32, d_model=4096, params=6.74e9,
+LLAMA2_7B = Decoder("Llama 2 7B", layers=32, heads=32, kv_heads=32, head_dim=128, params=6.74e9,
                     source="Touvron et al., \"Llama 2\" (2023), and the model's config.json: 32 layers, hidden size 4096, "
-                           "32 key-value heads (no grouped-query attention at 7B)")
-
-
-@dataclass(frozen=True)
-class DecodeStep:
-    """One decoding step of ``batch`` sequences, each with ``context`` tokens already cached (modelled)."""
-
-    batch: int
-    context: int
-    weight_bytes: float
-    cache_bytes: float
-    flops: float
-    seconds: float
-    bound: str
-
-    @property
-    def seconds_per_token(self) -> float:
-        return self.seconds / self.batch
-
-
-def decode_step(card: str | gpu_specs.GPUSpec, model: Decoder, batch: int, context: int, *, itemsize: int = 2,
-                precision: str = "bf16") -> DecodeStep:
-    """The roofline time of one decoding step with a KV cache: every weight is read once for the whole batch
-    (``params × itemsize``), each sequence reads its own cache (``context × kv_bytes_per_token``); each new token costs
-    ``2·params`` FLOPs in the matmuls plus ``4·layers·context·d_model`` in attention."""
-    if batch < 1 or context < 0:
-        raise ValueError(f"batch must be positive and context not negative, got batch={batch}, context={context}")
-    weights = model.params * itemsize
-    cache = batch * context * model.kv_bytes_per_token(itemsize)
-    flops = batch * (2.0 * model.params + 4.0 * model.layers * context * model.d_model)
-    seconds, bound = roofline_seconds(card, flops, weights + cache, precision)
-    return DecodeStep(batch, context, weights, cache, flops, seconds, bound)
+                           "32 attention heads and 32 key-value heads (no grouped-query attention at 7B)")
+LLAMA3_8B = Decoder("Llama 3 8B", layers=32, heads=32, kv_heads=8, head_dim=128, params=8.03e9,
+                    source="Meta's Llama 3 8B config.json: 32 layers, hidden size 4096, 32 attention heads, "
+                           "8 key-value heads (grouped-query attention); 8.03e9 weights")

@@ -366,6 +366,16 @@ def memory_capped(fn, budget_bytes: int):
     return measured
 
 
+def in_place(fn):
+    """``fn``, for a test that reads what it writes into its tensor arguments (module 11's KV cache).
+
+    Here that is ``fn`` itself. Under grading the function runs in the student's own process, on copies of the test's
+    tensors; the returned stand-in writes what each call left in those copies back into the test's tensors, as a
+    kernel launch's arguments come back (``autograder.standins``)."""
+    trusted = stand_in_hook(fn, "in_place")
+    return trusted() if trusted is not None else fn
+
+
 def torch_only(fn):
     """``fn``, held to being torch operations in its answer cell (module 09's ``lstm_forward_fast``): a cell that
     passes :mod:`gpucourse.gates.torch_gate` (torch's operators, ``torch.nn.functional``, ``math``, ``torch.compile``

@@ -65,6 +65,12 @@ class GraderStandIn(Protocol):
         raise NotImplementedError(f"{type(self).__name__} has no memory_capped hook")
 
     @_hook
+    def in_place(self):
+        """The function whose calls write back into the caller's tensor arguments what the call left in them: it runs
+        in another process, on copies of its arguments. Called by :func:`gpucourse.check.in_place`."""
+        raise NotImplementedError(f"{type(self).__name__} has no in_place hook")
+
+    @_hook
     def mma_calls(self, a, b) -> int:
         """How many times ``self(a, b, mma)`` calls the intrinsic, logged where only its checked cell ran and checked
         by the grader. Called by :func:`gpucourse.check.mma_calls`."""

@@ -2,7 +2,8 @@
 # # Assignment 11: attention — the three steps, the online softmax, and a tiled forward that never holds the n × n scores
 #
 # This assignment checks the ideas of lecture 11 (`course/11_attention.ipynb`).
-# You will write attention as its three steps in torch, the online softmax's update of its running statistics, and the tiled (FlashAttention-style) forward pass in NumPy: right values, memory that grows like n, and causal attention that skips the tiles it does not need.
+# You will write attention as its three steps in torch, the online softmax's update of its running statistics, and the tiled (FlashAttention-style) forward pass in NumPy and in Triton: right values, memory that grows like n, and causal attention that skips the tiles it does not need.
+# Last, a decoding step with a KV cache shared by groups of query heads, and what such a step reads from memory.
 #
 # How it works:
 # - Write your code where a cell says `raise NotImplementedError(...)`; delete that line.
@@ -10,7 +11,7 @@
 # - Grading reruns every test cell, plus hidden tests with other sizes, blocks and scales, drawn when graded.
 # - Everything but one item runs on a CPU (Triton's kernels in its interpreter there); the Triton kernel's GPU speed item waits for a GPU regrade.
 #
-# Points: 16 autograded (2 of them on a GPU).
+# Points: 20 autograded (2 of them on a GPU).
 
 # %%
 # Setup: on Colab, install the course package first (locally, `make lab` already did).
@@ -28,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 import gpucourse
-from gpucourse import check, kernels, thresholds, timing
+from gpucourse import attention, check, kernels, thresholds, timing
 
 try:
     TRITON_ON_GPU = kernels.use_triton_gpu_or_interpreter()  # before `import triton`: without a GPU, its interpreter
@@ -408,3 +409,147 @@ else:
     result = timing.compare_speed(attention_math_backend, check.torch_only(flash_attention_triton), lambda: flash_heads(16384, 64),
                                   check=check_timed_heads)
     check.assert_speedup(result, check.required_speedup(SPEEDUP_NEEDED), name="flash_attention_triton vs SDPA's math backend")
+
+# %% [markdown]
+# ## Question 5: decoding with a KV cache shared by groups of heads (4 points)
+#
+# A decoding step computes one new token's query, key and value per sequence; the keys and values of the tokens before it wait in a cache allocated once (lecture 11, section 8).
+# Many recent models share each key-value head among a group of query heads: **grouped-query attention** (GQA; Ainslie et al., "GQA", 2023).
+# Llama 3 8B has 32 query heads and 8 key-value heads (its `config.json`): query heads 0-3 attend with key-value head 0, heads 4-7 with head 1, and so on, and its cache is 4× smaller than with a key-value head per query head.
+#
+# Write `kv_cache_decode(q, k_new, v_new, cache_k, cache_v, t)`:
+# - `q` is `(batch, heads, 1, d)`, the new token's queries; `k_new` and `v_new` are `(batch, kv_heads, 1, d)`, its keys and values; `heads` is a multiple of `kv_heads`;
+# - `cache_k` and `cache_v` are `(batch, kv_heads, capacity, d)`, allocated once, and hold the keys and values of positions `0 … t-1`;
+# - store the new keys and values at position `t` of the caches, in place; then return `(batch, heads, 1, d)`: each query head's attention over positions `0 … t` of its group's key-value head.
+#
+# Any torch operation may do the attention, `F.scaled_dot_product_attention` included: the cache and the groups are the point here.
+#
+# Then the cost model of section 8, for any model (an `attention.Decoder`: `layers`, `heads`, `kv_heads`, `head_dim`, `params`; `attention.LLAMA3_8B` is one):
+# - `decode_step_bytes(model, batch, context, weight_bytes=2, cache_bytes=2)`: the bytes one decoding step reads from memory when `batch` sequences, each with `context` cached tokens, generate a token each. Every weight is read once for the whole batch (`model.params` weights of `weight_bytes` bytes); each sequence reads its own cache: a key and a value of `kv_heads × head_dim` numbers per token in every layer, of `cache_bytes` bytes each (1 for an int8 or fp8 cache). Leave out the activations and the new token's own keys and values.
+# - `max_batch(model, context, memory_bytes, weight_bytes=2, cache_bytes=2)`: the largest batch whose weights and caches (`context` tokens a sequence) fit in `memory_bytes`; 0 if not even one fits.
+#
+# Graded:
+# - the decoding step (2 points): step after step, the output against `F.scaled_dot_product_attention` over the tokens so far, and the caches' rows against the keys and values handed over. Shapes are drawn when graded (with and without groups); the grader fills the caches with tokens of its own before your first call, and decodes two sequences in turn. The caches' rows past `t` hold NaN, so a step that reads them returns NaN.
+# - `decode_step_bytes` (1 point) and `max_batch` (1 point), on models drawn when graded.
+#
+# About 8 lines for the step, 6 for the model.
+
+# %% nbgrader={"grade_id": "kv_cache_decode", "solution": true}
+def kv_cache_decode(q, k_new, v_new, cache_k, cache_v, t):
+    """One decoding step: store k_new, v_new at position t of the caches (in place), then each query head attends over
+    positions 0..t of its group's key-value head. q: (batch, heads, 1, d) -> (batch, heads, 1, d)."""
+    ### BEGIN SOLUTION
+    batch, heads, _, d = q.shape
+    kv_heads = cache_k.shape[1]
+    cache_k[:, :, t] = k_new[:, :, 0]
+    cache_v[:, :, t] = v_new[:, :, 0]
+    keys, values = cache_k[:, :, :t + 1], cache_v[:, :, :t + 1]  # (batch, kv_heads, t + 1, d), views: nothing copied
+    queries = q.reshape(batch, kv_heads, heads // kv_heads, d)  # a group's query heads as rows against their shared keys
+    weights = torch.softmax(queries @ keys.transpose(-2, -1) / math.sqrt(d), dim=-1)
+    return (weights @ values).reshape(batch, heads, 1, d)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade_id": "decode_model", "solution": true}
+def decode_step_bytes(model, batch, context, weight_bytes=2, cache_bytes=2):
+    """Bytes one decoding step reads: every weight once, and each of ``batch`` sequences' cache of ``context`` tokens."""
+    ### BEGIN SOLUTION
+    cache_per_token = 2 * model.layers * model.kv_heads * model.head_dim * cache_bytes  # a key and a value per layer
+    return model.params * weight_bytes + batch * context * cache_per_token
+    ### END SOLUTION
+
+
+def max_batch(model, context, memory_bytes, weight_bytes=2, cache_bytes=2):
+    """The largest batch whose weights and caches of ``context`` tokens a sequence fit in ``memory_bytes`` (0 if none)."""
+    ### BEGIN SOLUTION
+    weights = decode_step_bytes(model, 0, context, weight_bytes, cache_bytes)
+    per_sequence = decode_step_bytes(model, 1, context, weight_bytes, cache_bytes) - weights
+    return max(0, int((memory_bytes - weights) // per_sequence))
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade_id": "decode_setup", "locked": true}
+class Sequence:
+    """``batch`` sequences decoded a token at a time by ``decode`` (kv_cache_decode), in caches the grader hands over and
+    checks after every step against its own copy of every key and value."""
+
+    def __init__(self, decode, batch, heads, kv_heads, d, capacity, cached=0, dtype=torch.float32):
+        """``cached`` > 0: the grader fills that many positions of the caches before the first step."""
+        self.decode, self.heads, self.t = check.in_place(decode), heads, cached
+        self.keys, self.values = (torch.randn(batch, kv_heads, cached, d, dtype=dtype) for _ in range(2))
+        self.cache_k, self.cache_v = (torch.full((batch, kv_heads, capacity, d), float("nan"), dtype=dtype) for _ in range(2))
+        self.cache_k[:, :, :cached], self.cache_v[:, :, :cached] = self.keys, self.values
+
+    def step(self):
+        batch, kv_heads, _, d = self.keys.shape
+        q = torch.randn(batch, self.heads, 1, d, dtype=self.keys.dtype)
+        k_new, v_new = (torch.randn(batch, kv_heads, 1, d, dtype=self.keys.dtype) for _ in range(2))
+        output = self.decode(q, k_new, v_new, self.cache_k, self.cache_v, self.t)
+        self.keys, self.values = torch.cat([self.keys, k_new], dim=2), torch.cat([self.values, v_new], dim=2)
+        self.t += 1
+        name = f"step {self.t} of {self.heads} query heads on {kv_heads} key-value heads"
+        for cache, kept, what in ((self.cache_k, self.keys, "keys"), (self.cache_v, self.values, "values")):
+            check.assert_close(cache[:, :, :self.t], kept, rtol=0, atol=0, name=f"the cached {what} after {name} (store them in place)")
+        group = self.heads // kv_heads
+        expected = F.scaled_dot_product_attention(q, self.keys.repeat_interleave(group, dim=1), self.values.repeat_interleave(group, dim=1))
+        tolerance = {torch.float32: 1e-5, torch.float64: 1e-10}[self.keys.dtype]
+        check.assert_close(output, expected, rtol=tolerance, atol=tolerance, name=f"the output of {name}")
+
+
+def drawn_model():
+    """(model, weight_bytes, cache_bytes) drawn when graded: an attention.Decoder with or without groups, and its bytes a number."""
+    kv_heads = int(rng.choice([1, 2, 4, 8]))
+    model = attention.Decoder("a drawn model", layers=int(rng.integers(12, 81)), heads=kv_heads * int(rng.choice([1, 2, 4, 8])),
+                              kv_heads=kv_heads, head_dim=int(rng.choice([64, 96, 128])), params=float(rng.uniform(1e9, 7e10)))
+    return model, int(rng.choice([1, 2, 4])), int(rng.choice([1, 2]))
+
+
+def expected_bytes(model, batch, context, weight_bytes, cache_bytes):
+    """What decode_step_bytes should return, written otherwise: the weights' bytes, then the caches' per layer."""
+    per_layer = batch * context * model.kv_heads * model.head_dim * cache_bytes * 2
+    return model.params * weight_bytes + model.layers * per_layer
+
+
+def described(model, weight_bytes, cache_bytes):
+    return (f"{model.layers} layers, {model.heads} heads on {model.kv_heads} key-value heads of {model.head_dim}, {model.params:.4g} weights "
+            f"of {weight_bytes} bytes, a cache of {cache_bytes}-byte numbers")
+
+
+# %% nbgrader={"grade_id": "test_kv_cache_decode", "grade": true, "points": 2}
+"""kv_cache_decode stores each step's keys and values in place and attends over positions 0..t, with and without groups."""
+sequence = Sequence(kv_cache_decode, batch=2, heads=8, kv_heads=2, d=16, capacity=12)
+for _ in range(5):
+    sequence.step()
+### BEGIN HIDDEN TESTS
+kv_heads = int(rng.choice([1, 2, 3]))
+first = Sequence(kv_cache_decode, 3, kv_heads * int(rng.integers(2, 5)), kv_heads, 8, 40, cached=int(rng.integers(1, 20)), dtype=torch.float64)
+second = Sequence(kv_cache_decode, 1, 4, 4, 32, 40, cached=int(rng.integers(1, 20)))  # a key-value head per query head
+for _ in range(6):
+    first.step()
+    second.step()
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "test_decode_step_bytes", "grade": true, "points": 1}
+"""decode_step_bytes: the weights once, and each sequence's cache of key-value heads."""
+check.assert_approx(decode_step_bytes(attention.LLAMA3_8B, 1, 4096), 16_596_870_912.0, name="Llama 3 8B in bf16, batch 1, 4096 tokens")
+### BEGIN HIDDEN TESTS
+for _ in range(4):
+    (model, weight_bytes, cache_bytes), batch, context = drawn_model(), int(rng.integers(1, 200)), int(rng.integers(1, 33_000))
+    check.assert_approx(decode_step_bytes(model, batch, context, weight_bytes, cache_bytes),
+                        expected_bytes(model, batch, context, weight_bytes, cache_bytes),
+                        name=f"{described(model, weight_bytes, cache_bytes)}; batch {batch}, {context} tokens")
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "test_max_batch", "grade": true, "points": 1}
+"""max_batch: as many sequences as the memory left after the weights holds caches for."""
+check.assert_equal(max_batch(attention.LLAMA3_8B, 4096, 80 * 10**9), 119, name="Llama 3 8B in bf16, 4096 tokens, 80 GB")
+### BEGIN HIDDEN TESTS
+for _ in range(4):
+    (model, weight_bytes, cache_bytes), context, batch = drawn_model(), int(rng.integers(1, 33_000)), int(rng.integers(0, 300))
+    weights, per_sequence = (expected_bytes(model, b, context, weight_bytes, cache_bytes) for b in (0, 1))
+    memory = weights + (batch + float(rng.uniform(0.01, 0.99))) * (per_sequence - weights)
+    check.assert_equal(max_batch(model, context, memory, weight_bytes, cache_bytes), batch,
+                       name=f"{described(model, weight_bytes, cache_bytes)}; {context} tokens, {memory:.6g} bytes")
+tiny = attention.Decoder("a small model", layers=2, heads=4, kv_heads=2, head_dim=64, params=1e9)
+check.assert_equal(max_batch(tiny, 1024, 1e9), 0, name="a memory smaller than the weights")
+### END HIDDEN TESTS

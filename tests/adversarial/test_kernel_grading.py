@@ -1386,6 +1386,16 @@ TILED = FLASH_SIGNATURE + (
     "            rescale = np.exp(m - m_new)\n            l = l * rescale + p.sum(axis=1)\n"
     "            acc = acc * rescale[:, np.newaxis] + p @ v[key:key + block]\n            m = m_new\n"
     "        out[start:stop] = acc / l[:, np.newaxis]\n    return out\n")
+DECODE_SIGNATURE = "def kv_cache_decode(q, k_new, v_new, cache_k, cache_v, t):\n"
+DECODE_STORE = "    cache_k[:, :, t], cache_v[:, :, t] = k_new[:, :, 0], v_new[:, :, 0]\n"
+GROUP = "    group = q.shape[1] // cache_k.shape[1]\n"
+# The cost model's cell holds both functions; {bytes} and {batch} are their bodies.
+COST_MODEL = ("def decode_step_bytes(model, batch, context, weight_bytes=2, cache_bytes=2):\n{bytes}\n\n"
+              "def max_batch(model, context, memory_bytes, weight_bytes=2, cache_bytes=2):\n{batch}")
+RIGHT_BYTES = ("    per_token = 2 * model.layers * model.kv_heads * model.head_dim * cache_bytes\n"
+               "    return model.params * weight_bytes + batch * context * per_token\n")
+PER_SEQUENCE = "    per_sequence = context * 2 * model.layers * model.kv_heads * model.head_dim * cache_bytes\n"
+
 VARIANTS_11 = {
     # The locked baseline as the answer: its cell calls a setup function, which the NumPy gate refuses.
     "standard_baseline": ("flash_attention_forward", FLASH_SIGNATURE + "    return attention_three_steps_numpy(q, k, v, causal)\n",
@@ -1436,6 +1446,38 @@ VARIANTS_11 = {
         "        if causal:\n            s = np.where(np.arange(start, stop)[:, np.newaxis] >= np.arange(keys), s, -np.inf)\n"
         "        p = np.exp(s - s.max(axis=1)[:, np.newaxis])\n        out[start:stop] = (p / p.sum(axis=1)[:, np.newaxis]) @ v[:keys]\n"
         "    return out\n"), FLASH_ITEMS, None),
+    # Q5: query head h on key-value head h % kv_heads (torch's repeat), not h // group (repeat_interleave).
+    "decode_ignores_groups": ("kv_cache_decode", DECODE_SIGNATURE + DECODE_STORE + GROUP + (
+        "    keys, values = (c[:, :, :t + 1].repeat(1, group, 1, 1) for c in (cache_k, cache_v))\n"
+        "    return F.scaled_dot_product_attention(q, keys, values)\n"), "test_kv_cache_decode", "values differ"),
+    # Attends over the cache and the new token joined in a copy: right values, nothing stored in the caches.
+    "decode_on_a_copy": ("kv_cache_decode", DECODE_SIGNATURE + (
+        "    keys, values = torch.cat([cache_k[:, :, :t], k_new], dim=2), torch.cat([cache_v[:, :, :t], v_new], dim=2)\n"
+        "    return F.scaled_dot_product_attention(q, keys, values, enable_gqa=True)\n"), "test_kv_cache_decode", "store them in place"),
+    # Attends over the whole capacity, masking the positions past t: their NaN reach the output.
+    "decode_whole_capacity": ("kv_cache_decode", DECODE_SIGNATURE + DECODE_STORE + (
+        "    seen = (torch.arange(cache_k.shape[2]) <= t)[None, :]\n"
+        "    return F.scaled_dot_product_attention(q, cache_k, cache_v, attn_mask=seen, enable_gqa=True)\n"),
+        "test_kv_cache_decode", "values differ"),
+    # Stores into the caches, but reads its own copy of what it was handed: blind to the tokens the grader cached first.
+    "decode_keeps_its_own_cache": ("kv_cache_decode", "MINE = {}\n\n\n" + DECODE_SIGNATURE + DECODE_STORE + (
+        "    keys, values = MINE.setdefault(id(cache_k), ([], []))\n    keys.append(k_new)\n    values.append(v_new)\n"
+        "    return F.scaled_dot_product_attention(q, torch.cat(keys, dim=2), torch.cat(values, dim=2), enable_gqa=True)\n"),
+        "test_kv_cache_decode", "values differ"),
+    # A fair answer written otherwise: SDPA does the groups.
+    "decode_with_sdpa_groups": ("kv_cache_decode", DECODE_SIGNATURE + DECODE_STORE + (
+        "    return F.scaled_dot_product_attention(q, cache_k[:, :, :t + 1], cache_v[:, :, :t + 1], enable_gqa=True)\n"),
+        "test_kv_cache_decode", None),
+    # The cost model with a key-value head per query head: right for Llama 2, 4x too much cache for Llama 3 8B.
+    "bytes_without_groups": ("decode_model", COST_MODEL.format(
+        bytes=RIGHT_BYTES.replace("model.kv_heads", "model.heads"),
+        batch=PER_SEQUENCE + "    return max(0, int((memory_bytes - model.params * weight_bytes) // per_sequence))\n"),
+        "test_decode_step_bytes", "expected"),
+    "max_batch_ignores_weights": ("decode_model", COST_MODEL.format(
+        bytes=RIGHT_BYTES, batch=PER_SEQUENCE + "    return int(memory_bytes // per_sequence)\n"), "test_max_batch", "expected"),
+    # The visible tests' numbers, hand-set.
+    "cost_model_hand_set": ("decode_model", COST_MODEL.format(bytes="    return 16_596_870_912.0\n", batch="    return 119\n"),
+                            ("test_decode_step_bytes", "test_max_batch"), "expected"),
 }
 
 VARIANTS = {"02_architecture": VARIANTS_02, "03_coalescing": VARIANTS_03, "04_divergence": VARIANTS_04, "05_streams": VARIANTS_05,

@@ -39,14 +39,8 @@ def test_roofline_seconds_takes_the_slower_of_compute_and_memory():
         attention.roofline_seconds("T4", 1.0, 1.0, "bf16")
 
 
-def test_a_decode_step_reads_the_weights_once_and_each_sequences_cache():
-    model, card = attention.LLAMA2_7B, gpu_specs.gpu("H100")
-    assert model.kv_bytes_per_token() == 2 * 32 * 4096 * 2 == 512 * 1024
-    one, many = attention.decode_step(card, model, 1, 4096), attention.decode_step(card, model, 8, 4096)
-    assert one.weight_bytes == many.weight_bytes == model.params * 2
-    assert many.cache_bytes == 8 * one.cache_bytes == 8 * 4096 * 512 * 1024
-    assert one.bound == many.bound == "memory"
-    assert one.seconds == pytest.approx((one.weight_bytes + one.cache_bytes) / card.memory_bandwidth)
-    assert 1 < one.seconds_per_token / many.seconds_per_token < 8  # shared weights, but each cache is its own
-    with pytest.raises(ValueError, match="batch must be positive"):
-        attention.decode_step(card, model, 0, 10)
+def test_the_decoders_have_their_configs_sizes():
+    """Llama 2 7B: a key-value head per query head, hidden size 4096; Llama 3 8B: the same, with 8 key-value heads."""
+    for model, kv_heads in ((attention.LLAMA2_7B, 32), (attention.LLAMA3_8B, 8)):
+        assert (model.layers, model.heads, model.kv_heads, model.heads * model.head_dim) == (32, 32, kv_heads, 4096)
+        assert f"{model.kv_heads} key-value heads" in model.source

@@ -29,7 +29,7 @@ def _implemented(cls) -> set[str]:
 
 def test_every_hook_is_declared_once_with_what_it_does():
     assert HOOKS == {"timed_block", "call_profiled", "torch_only", "njit_only", "mma_calls", "mma_counted", "answers_only",
-                     "call_with_streams", "drive_iterator", "__kernel_source__", "memory_capped", "numpy_only"}
+                     "call_with_streams", "drive_iterator", "__kernel_source__", "memory_capped", "numpy_only", "in_place"}
     for name in HOOKS:
         assert "Called by" in inspect.getdoc(getattr(GraderStandIn, name)), f"{name}: say who calls it"
     assert set().union(*NEEDED.values()) == HOOKS, "a hook no stand-in implements"

@@ -72,3 +72,25 @@ def test_the_path_finder_sees_what_a_doc_names():
     assert repository_paths(text) == {"scripts/gpu_check.sh", "tests/test_x.py", "course/NN_topic.py", "scripts/ci_profile/cpu_by_test.py"}
     assert exists("course/NN_topic.py") and exists("solutions/NN_topic/") and exists("scripts/ci_profile/")
     assert not exists("course/NN_no_such_topic.py") and not exists("autograder/no_such_module.py")
+
+
+def _autograded_points(notebook: Path) -> tuple[int, int]:
+    """(points, points of the items tagged requires-gpu) of a notebook's autograded code cells."""
+    import json
+
+    total = gpu = 0
+    for cell in json.loads(notebook.read_text())["cells"]:
+        grading = cell.get("metadata", {}).get("nbgrader", {})
+        if cell["cell_type"] == "code" and grading.get("grade"):
+            total += grading.get("points", 0)
+            gpu += grading.get("points", 0) if "requires-gpu" in cell["metadata"].get("tags", []) else 0
+    return total, gpu
+
+
+def test_the_module_map_has_every_module_with_its_points():
+    """docs/module-map.md has one entry per assignment, in order, each with the points its reference notebook grades."""
+    entries = re.findall(r"^## (\d\d): (\d+) points, (\d+) of them on a GPU$", (ROOT / "docs" / "module-map.md").read_text(), re.M)
+    notebooks = sorted(ROOT.glob("solutions/[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
+    assert [number for number, _, _ in entries] == [notebook.parent.name[:2] for notebook in notebooks], "one entry per module, in order"
+    for (number, total, gpu), notebook in zip(entries, notebooks):
+        assert (int(total), int(gpu)) == _autograded_points(notebook), f"module {number}: its entry's points are not its notebook's"

@@ -69,3 +69,16 @@ def test_one_heads_keys_and_values_fit_in_an_a100s_l2():
     text = markdown("Re-reading K and V once per block")
     assert "(4 MiB in fp16) fit in an A100's 40 MB of L2" in text
     assert 2 * 8192 * 128 * 2 == 4 * 2**20 < gpu_specs.gpu("A100").l2_bytes
+
+
+def test_the_decode_model_reads_the_weights_once_and_each_sequences_cache():
+    names, _ = run_lecture_cell(LECTURE, "def decode_step(card", attention=attention)
+    decode_step, card = names["decode_step"], gpu_specs.gpu("H100")
+    for model, cache_per_token in ((attention.LLAMA2_7B, 512 * 1024), (attention.LLAMA3_8B, 128 * 1024)):  # bf16 keys and values
+        (one, bound_one, weights_one, cache_one), (eight, bound_eight, weights_eight, cache_eight) = (
+            decode_step(card, model, batch, 4096) for batch in (1, 8))
+        assert weights_one == weights_eight == model.params * 2
+        assert cache_one == 4096 * cache_per_token and cache_eight == 8 * cache_one
+        assert bound_one == bound_eight == "memory"
+        assert one == pytest.approx((weights_one + cache_one) / card.memory_bandwidth)
+        assert 1 < one / (eight / 8) < 8  # the weights are shared, each cache is its own
