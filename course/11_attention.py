@@ -384,6 +384,37 @@ else:
 # %% [markdown]
 # Training also needs the backward pass, which needs P.
 # FlashAttention does not store it either: the forward saves only each row's log-sum-exp, m + log l (n numbers a head), and the backward recomputes each tile of S from Q and K and turns it into P with that one number, more FLOPs for fewer bytes (the FlashAttention paper, §3.1, "Recomputation").
+# PyTorch's CPU kernel does the same: its schema, `aten::_scaled_dot_product_flash_attention_for_cpu(...) -> (Tensor output, Tensor logsumexp)`, and its backward's, which takes `out` and `logsumexp` back.
+# Autograd's `saved_tensors_hooks` show what each forward keeps for the backward pass (one head, d = 64, float32, on this CPU):
+
+# %%
+def saved_for_backward(fn, *args):
+    """What autograd keeps from fn(*args) for the backward pass: [(shape, bytes)], one entry per storage."""
+    kept = {}
+
+    def keep(tensor):
+        kept[tensor.untyped_storage().data_ptr()] = (tuple(tensor.shape), tensor.untyped_storage().nbytes())
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+        fn(*args)
+    return list(kept.values())
+
+
+kept = {}
+for n in (1024, 2048, 4096):
+    q, k, v = (torch.randn(1, 1, n, 64, requires_grad=True) for _ in range(3))
+    kept[n] = {name: saved_for_backward(fn, q, k, v) for name, fn in (("three steps", attention_three_steps), ("SDPA", F.scaled_dot_product_attention))}
+    print(f"n = {n}, kept for the backward pass: " + "; ".join(f"{name}, {len(saved)} tensors of {wording.binary_bytes(sum(size for _, size in saved))}"
+                                   for name, saved in kept[n].items()) + f" ({WHERE})")
+per_row = [shape for shape, _ in kept[4096]["SDPA"] if shape[-1] == 4096]
+print(f"From n = 2048 to 4096, what the three steps keep grew {sum(b for _, b in kept[4096]['three steps']) / sum(b for _, b in kept[2048]['three steps']):.1f}x, "
+      f"what SDPA keeps {sum(b for _, b in kept[4096]['SDPA']) / sum(b for _, b in kept[2048]['SDPA']):.1f}x; "
+      f"SDPA's tensors of one number per row: {per_row}.")
+q, k, v = (torch.randn(1, 1, 512, 64, dtype=torch.float64, requires_grad=True) for _ in range(3))
+grad_out = torch.randn(1, 1, 512, 64, dtype=torch.float64)
+grads = [torch.autograd.grad(fn(q, k, v), (q, k, v), grad_out) for fn in (attention_three_steps, F.scaled_dot_product_attention)]
+print(f"their gradients for Q, K and V (n = 512, float64): largest difference {max((a - b).abs().max().item() for a, b in zip(*grads)):.1e}")
 
 # %% [markdown]
 # ## 7. `F.scaled_dot_product_attention` and its backends
@@ -614,6 +645,7 @@ print(f"shifted by the maximum, summed in float32: largest difference from the f
 # - Attention is two matmuls around a softmax: 4·n²·d FLOPs a head, and, written as three steps, an n × n matrix per head that dominates both the memory (section 1) and, on a GPU, the bytes moved (section 2).
 # - The **online softmax** keeps a running maximum and a running sum and rescales them as blocks arrive; the output's accumulator rescales the same way.
 # - With it, attention runs a block of queries against a block of keys at a time: the same result with memory that grows like n (measured in section 5), and on a GPU no n² traffic to HBM (modelled in section 2): FlashAttention.
+# - Training keeps no n × n matrix either: the forward saves one log-sum-exp a row, and the backward recomputes P a tile at a time (what autograd keeps, measured in section 6).
 # - `F.scaled_dot_product_attention` already does this (its flash and memory-efficient backends on a GPU, a fused kernel on a CPU); the math backend is the three steps.
 # - Decoding reads all the weights and the cache for one token per sequence: it is bound by memory bandwidth, batching shares the weights' reads but not the caches', and the caches' size limits the batch; grouped-query attention shrinks the caches by sharing key-value heads.
 # - fp16 and bf16 attention stays finite because of the running maximum, and accurate because the sums stay in float32.

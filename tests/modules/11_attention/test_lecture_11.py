@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from course_helpers import REPO_ROOT, lecture_cell, run_lecture_cell
-from gpucourse import attention, gpu_specs
+from gpucourse import attention, gpu_specs, wording
 
 LECTURE = REPO_ROOT / "course" / "11_attention.py"
 
@@ -82,3 +82,17 @@ def test_the_decode_model_reads_the_weights_once_and_each_sequences_cache():
         assert bound_one == bound_eight == "memory"
         assert one == pytest.approx((weights_one + cache_one) / card.memory_bandwidth)
         assert 1 < one / (eight / 8) < 8  # the weights are shared, each cache is its own
+
+
+@pytest.mark.parametrize("n", [100, 333])
+def test_the_three_steps_keep_p_for_backward_and_sdpa_one_number_a_row(n):
+    """The lecture's claim about the backward pass: the three steps keep Q, K, V and the n × n P; SDPA's CPU kernel keeps
+    Q, K, V, its output and the log-sum-exp of each row."""
+    names, _ = run_lecture_cell(LECTURE, "def attention_three_steps(q", math=math, torch=torch, F=F)
+    saved_for_backward = run_lecture_cell(LECTURE, "def saved_for_backward", torch=torch, F=F, wording=wording,
+                                          attention_three_steps=names["attention_three_steps"], WHERE="here")[0]["saved_for_backward"]
+    q, k, v = (torch.randn(1, 1, n, 16, requires_grad=True) for _ in range(3))
+    three = saved_for_backward(names["attention_three_steps"], q, k, v)
+    sdpa = saved_for_backward(F.scaled_dot_product_attention, q, k, v)
+    assert sorted(size for _, size in three) == sorted([n * 16 * 4] * 3 + [n * n * 4])  # views' shapes vary: the bytes
+    assert sorted(size for _, size in sdpa) == sorted([n * 16 * 4] * 4 + [n * 4]) and ((1, 1, n), n * 4) in sdpa
