@@ -1446,6 +1446,9 @@ VARIANTS_11 = {
         "        if causal:\n            s = np.where(np.arange(start, stop)[:, np.newaxis] >= np.arange(keys), s, -np.inf)\n"
         "        p = np.exp(s - s.max(axis=1)[:, np.newaxis])\n        out[start:stop] = (p / p.sum(axis=1)[:, np.newaxis]) @ v[:keys]\n"
         "    return out\n"), FLASH_ITEMS, None),
+    # Q5's do-nothing answer: zeros of the right shape, nothing stored.
+    "decode_does_nothing": ("kv_cache_decode", DECODE_SIGNATURE + "    return torch.zeros_like(q)\n", "test_kv_cache_decode",
+                            "store them in place"),
     # Q5: query head h on key-value head h % kv_heads (torch's repeat), not h // group (repeat_interleave).
     "decode_ignores_groups": ("kv_cache_decode", DECODE_SIGNATURE + DECODE_STORE + GROUP + (
         "    keys, values = (c[:, :, :t + 1].repeat(1, group, 1, 1) for c in (cache_k, cache_v))\n"
