@@ -21,6 +21,7 @@ def median_as(expression: str):
 
 
 EVEN_MEDIAN = "mean of the two middle ones"  # the visible test's message, which the self-check shows
+WARMUP_CHECK = "warm-up calls slept 0.1 s and are not timed"  # the first check's message
 # Right for the visible test's four repeats only: the hidden tests try six.
 RIGHT_FOR_FOUR = "float(statistics.median(times) if len(times) == 4 else sorted(times)[{index}])"
 SIX_REPEATS = {"hidden": "median of 6 times", "visible": None}
@@ -116,8 +117,10 @@ VARIANTS = {
     "time_call_held_up_before_first_call": ("01_gpu_basics", "time_call", held_up_before_first_call, {"test_time_call": None}),
     "time_call_upper_middle_paused_before_first_call": ("01_gpu_basics", "time_call", paused_before_first_call(
         "float(sorted(times)[len(times) // 2])"), {"test_time_call": EVEN_MEDIAN}),
+    # The mean: the even count's check catches it; on a busy machine, a call held up in the first check (three equal
+    # sleeps, whose mean is their median only when no call is held up) can lift it past that check's bound first.
     "time_call_mean_paused_before_first_call": ("01_gpu_basics", "time_call", paused_before_first_call(
-        "float(sum(times) / len(times))"), {"test_time_call": EVEN_MEDIAN}),
+        "float(sum(times) / len(times))"), {"test_time_call": (EVEN_MEDIAN, WARMUP_CHECK)}),
     "time_call_forged_spans": ("01_gpu_basics", "time_call", lambda given: given.replace("    return float(median)\n", FORGED_SPANS, 1),
                                {"test_time_call": EVEN_MEDIAN}),
     "time_call_disarmed_check": ("01_gpu_basics", "time_call", lambda given: given.replace("    return float(median)\n", DISARMED_CHECK, 1),
@@ -159,7 +162,8 @@ def test_variant_is_graded_as_the_spec_says(variant, tests, tmp_path):
     for grade_id, reason in items.items():
         reason = reason[tests] if isinstance(reason, dict) else reason
         outcome, message = results[grade_id]
-        if (outcome == "passed") != (reason is None) or (reason is not None and reason not in message):
+        reasons = reason if isinstance(reason, tuple) else (reason,)  # a tuple: any of these checks may catch it
+        if (outcome == "passed") != (reason is None) or (reason is not None and not any(one in message for one in reasons)):
             wrong[grade_id] = f"expected {'passed' if reason is None else f'failed with {reason!r}'}, got {outcome}: {message[:300]}"
     assert wrong == {}, wrong
 
