@@ -227,9 +227,7 @@ class InPlaceFunction:
         worker.ensure_started()
         message = (Request.CALL_IN_PLACE, function.name, worker.marshal(args), worker.marshal(kwargs))
         reply = reply_value(function.name, worker.request(message, function.item_deadline()))
-        if not isinstance(reply, dict) or not isinstance(reply.get("args"), list) or not isinstance(reply.get("kwargs"), dict):
-            raise StudentError(f"{function.name}: the call did not report back its arguments")
-        _copy_back_tensors(function.name, [*args, *kwargs.values()], [*reply["args"], *(reply["kwargs"].get(key) for key in kwargs)])
+        _copy_back_arguments(function.name, args, kwargs, reply, "call")
         return reply.get("output")
 
 
@@ -286,9 +284,7 @@ class KernelLaunch:
         runner = self.kernel.worker.runner("kernel", source, devices.device_class() != "cuda")
         message = (Request.LAUNCH_TRITON, source.name, list(grid), runner.marshal(args), runner.marshal(kwargs))
         reply = reply_value(self.kernel.name, runner.request(message, self.kernel.item_deadline()))
-        if not isinstance(reply, dict) or not isinstance(reply.get("args"), list) or not isinstance(reply.get("kwargs"), dict):
-            raise StudentError(f"{self.kernel.name}: the launch did not report back")
-        _copy_back_tensors(self.kernel.name, [*args, *kwargs.values()], [*reply["args"], *(reply["kwargs"].get(k) for k in kwargs)])
+        _copy_back_arguments(self.kernel.name, args, kwargs, reply, "launch")
 
 
 class TracedPaths:
@@ -341,6 +337,13 @@ def _traced_kinds(trace: dict) -> set[str]:
     if int(trace.get("barriers", 0)) > 0:
         kinds.add("barrier")
     return kinds & set(ACCESS_KINDS)
+
+
+def _copy_back_arguments(name: str, args, kwargs, reply, what: str) -> None:
+    """Copy the tensor arguments a worker sent back with its reply (``{"args": [...], "kwargs": {...}}``) into the test's."""
+    if not isinstance(reply, dict) or not isinstance(reply.get("args"), list) or not isinstance(reply.get("kwargs"), dict):
+        raise StudentError(f"{name}: the {what} did not report back its arguments")
+    _copy_back_tensors(name, [*args, *kwargs.values()], [*reply["args"], *(reply["kwargs"].get(key) for key in kwargs)])
 
 
 def _copy_back_tensors(name: str, mine, after) -> None:

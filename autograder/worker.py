@@ -80,6 +80,12 @@ def _word_sum(raw: torch.Tensor, key: int) -> int:
     return (words + 0x9E3779B97F4A7C15 * tail + key * (raw.numel() + 1)) % 2**64
 
 
+def _tensor_arguments(args, kwargs) -> dict:
+    """A call's tensor arguments as they are now, for the harness to copy back into its own (None for the others)."""
+    plain = lambda value: to_plain(value) if type(value) is torch.Tensor else None  # noqa: E731
+    return {"args": [plain(arg) for arg in args], "kwargs": {key: plain(value) for key, value in kwargs.items()}}
+
+
 def to_plain(value, depth: int = 0):
     """Convert a student's return value into data ``torch.load(weights_only=True)`` accepts."""
     if depth > 20:
@@ -214,9 +220,7 @@ class Worker:
         self._set_threads(self._threads)
         args, kwargs = self._bind(args), self._bind(kwargs)
         result = self.namespace[name](*args, **kwargs)
-        tensors = lambda value: to_plain(value) if type(value) is torch.Tensor else None  # noqa: E731
-        self.send(Reply.RETURN, {"output": to_plain(result), "args": [tensors(arg) for arg in args],
-                                 "kwargs": {key: tensors(value) for key, value in kwargs.items()}})
+        self.send(Reply.RETURN, {"output": to_plain(result), **_tensor_arguments(args, kwargs)})
 
     def do_call_streams(self, name: str, args, kwargs, dispatch) -> None:
         """A call whose ``gpucourse.streams`` calls the harness carries out and records (``dispatch``)."""
@@ -298,8 +302,7 @@ class Worker:
         args, kwargs = self._bind(args), self._bind(kwargs)
         self.namespace[name][tuple(grid)](*args, **kwargs)
         self._synchronize()
-        tensors = lambda value: to_plain(value) if type(value) is torch.Tensor else None  # noqa: E731
-        self.send(Reply.RETURN, {"args": [tensors(arg) for arg in args], "kwargs": {key: tensors(value) for key, value in kwargs.items()}})
+        self.send(Reply.RETURN, _tensor_arguments(args, kwargs))
 
     def do_kernel_source(self, name: str) -> None:
         """The kernel's self-contained source, for the grader to check and compile (plain data)."""
