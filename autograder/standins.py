@@ -223,11 +223,8 @@ class InPlaceFunction:
         self.__name__ = function.name
 
     def __call__(self, *args, **kwargs):
-        function, worker = self.function, self.function.worker
-        worker.ensure_started()
-        message = (Request.CALL_IN_PLACE, function.name, worker.marshal(args), worker.marshal(kwargs))
-        reply = reply_value(function.name, worker.request(message, function.item_deadline()))
-        _copy_back_arguments(function.name, args, kwargs, reply, "call")
+        reply = self.function._call(Request.CALL_IN_PLACE, args, kwargs)
+        _copy_back_arguments(self.function.name, args, kwargs, reply, "call")
         return reply.get("output")
 
 

@@ -34,7 +34,7 @@ def fixed_threads(num_threads: int | None) -> Iterator[None]:
     if num_threads is None:
         yield
         return
-    from threadpoolctl import threadpool_limits  # scikit-learn's dependency, so always installed with the course
+    from threadpoolctl import threadpool_limits
 
     previous = torch.get_num_threads()
     torch.set_num_threads(num_threads)
