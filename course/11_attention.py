@@ -533,7 +533,7 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# With the cache, a step still grows a little with the position: its query meets t cached keys, and `torch.cat` copies the cache each step (a real cache is allocated once and filled in place).
+# With the cache, a step still grows with the position (the line above says by how much here): its query meets t cached keys, and `torch.cat` copies the cache each step (a real cache is allocated once and filled in place).
 # And it does little arithmetic: one new token through every weight matrix, and one query against t cached keys.
 # But it must **read every weight** and the whole cache from HBM for that: a matrix-vector product has an arithmetic intensity near 1 FLOP per byte in fp16, so decoding is bound by memory bandwidth.
 # Batching helps because the weights are read once for the whole batch, while each sequence still reads its own cache.

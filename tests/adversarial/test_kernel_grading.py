@@ -1478,6 +1478,9 @@ VARIANTS_11 = {
         "test_decode_step_bytes", "expected"),
     "max_batch_ignores_weights": ("decode_model", COST_MODEL.format(
         bytes=RIGHT_BYTES, batch=PER_SEQUENCE + "    return int(memory_bytes // per_sequence)\n"), "test_max_batch", "expected"),
+    # The cost model's do-nothing answer.
+    "cost_model_does_nothing": ("decode_model", COST_MODEL.format(bytes="    return 0.0\n", batch="    return 0\n"),
+                                ("test_decode_step_bytes", "test_max_batch"), "expected"),
     # The visible tests' numbers, hand-set.
     "cost_model_hand_set": ("decode_model", COST_MODEL.format(bytes="    return 16_596_870_912.0\n", batch="    return 119\n"),
                             ("test_decode_step_bytes", "test_max_batch"), "expected"),
